@@ -1,0 +1,212 @@
+"""G2 Idempotency: one logical operation per (tenant, idempotency key).
+
+Replaying a key with the same input hash returns the stored outcome; a different
+hash, action or task raises idempotency_conflict and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+import pytest
+
+from agentkeel.client import Keel
+from agentkeel.errors import IdempotencyConflict, InvalidArgument, LeaseLost, OperationNotReserved
+from agentkeel_conformance.harness import race, tenant_snapshot
+
+pytestmark = pytest.mark.guarantee("G2")
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def leased(keel, tenant, new_task):
+    """A task leased by this test: (task, fencing token)."""
+    task = new_task()
+    claimed = keel.claim_lease(tenant, task.task_id, "worker-a")
+    return claimed, claimed.fencing_token
+
+
+def test_a_new_key_is_reserved_and_a_replay_is_in_progress(keel, tenant, leased):
+    task, token = leased
+    first = keel.reserve_operation(
+        tenant, task.task_id, "charge-1", "charge", digest("a"), fencing_token=token
+    )
+    again = keel.reserve_operation(
+        tenant, task.task_id, "charge-1", "charge", digest("a"), fencing_token=token
+    )
+    assert (first.outcome, first.state, first.attempts) == ("reserved", "reserved", 1)
+    assert first.reserved_fencing_token == token
+    assert (again.outcome, again.operation_id, again.attempts) == (
+        "in_progress",
+        first.operation_id,
+        1,
+    )
+
+
+def test_a_replay_after_success_returns_the_stored_result(keel, tenant, leased):
+    task, token = leased
+    op = keel.reserve_operation(
+        tenant, task.task_id, "charge-1", "charge", digest("a"), fencing_token=token
+    )
+    keel.complete_operation(
+        tenant, op.operation_id, token, {"charge": "ch_1"}, provider_reference="ch_1"
+    )
+    replay = keel.reserve_operation(
+        tenant, task.task_id, "charge-1", "charge", digest("a"), fencing_token=token
+    )
+    assert replay.outcome == "succeeded"
+    assert replay.result == {"charge": "ch_1"}
+    assert replay.provider_reference == "ch_1"
+    assert replay.attempts == 1
+
+
+def test_a_replay_after_a_final_failure_returns_the_stored_error(keel, tenant, leased):
+    task, token = leased
+    op = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
+    )
+    keel.fail_operation(tenant, op.operation_id, token, {"code": "card_declined"})
+    replay = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
+    )
+    assert (replay.outcome, replay.error, replay.attempts) == (
+        "failed",
+        {"code": "card_declined"},
+        1,
+    )
+
+
+def test_a_retryable_failure_is_reserved_again_as_a_new_attempt(keel, tenant, leased):
+    task, token = leased
+    op = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
+    )
+    keel.fail_operation(tenant, op.operation_id, token, {"code": "timeout"}, retryable=True)
+    retry = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
+    )
+    assert (retry.outcome, retry.state, retry.attempts, retry.error) == (
+        "reserved",
+        "reserved",
+        2,
+        None,
+    )
+    assert retry.operation_id == op.operation_id
+
+
+@pytest.mark.parametrize("change", ["input_hash", "action", "task"])
+def test_a_reused_key_with_different_input_conflicts_and_changes_nothing(
+    keel, connect, tenant, leased, new_task, change
+):
+    task, token = leased
+    op = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
+    )
+    keel.complete_operation(tenant, op.operation_id, token, {"ok": True})
+    args = {"task_id": task.task_id, "action": "charge", "input_hash": digest("a"), "token": token}
+    if change == "input_hash":
+        args["input_hash"] = digest("b")
+    elif change == "action":
+        args["action"] = "refund"
+    else:
+        other = keel.claim_lease(tenant, new_task().task_id, "worker-a")
+        args["task_id"], args["token"] = other.task_id, other.fencing_token
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(IdempotencyConflict) as info:
+        keel.reserve_operation(
+            tenant,
+            args["task_id"],
+            "k",
+            args["action"],
+            args["input_hash"],
+            fencing_token=args["token"],
+        )
+    assert info.value.sqlstate == "23K01"
+    assert change.replace("task", "task_id") in (info.value.detail or "")
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+def test_operations_without_a_task_are_idempotent_too(keel, tenant):
+    first = keel.reserve_operation(tenant, None, "email-42", "send_email", digest("hello"))
+    again = keel.reserve_operation(tenant, None, "email-42", "send_email", digest("hello"))
+    assert (first.outcome, again.outcome) == ("reserved", "in_progress")
+    with pytest.raises(IdempotencyConflict):
+        keel.reserve_operation(tenant, None, "email-42", "send_email", digest("bye"))
+
+
+def test_keys_are_scoped_to_their_tenant(keel, make_tenant):
+    a, b = make_tenant(), make_tenant()
+    ra = keel.reserve_operation(a, None, "same-key", "x", digest("a"))
+    rb = keel.reserve_operation(b, None, "same-key", "x", digest("b"))
+    assert ra.outcome == rb.outcome == "reserved"
+    assert ra.operation_id != rb.operation_id
+
+
+def test_concurrent_reservations_of_one_key_have_exactly_one_owner(connect, tenant):
+    clients = [Keel(connect()) for _ in range(6)]
+    outcomes = race(
+        [
+            lambda c=c: c.reserve_operation(tenant, None, "race", "charge", digest("a"))
+            for c in clients
+        ]
+    )
+    assert all(kind == "ok" for kind, _ in outcomes), outcomes
+    kinds = sorted(r.outcome for _, r in outcomes)
+    assert kinds == ["in_progress"] * 5 + ["reserved"]
+    assert len({r.operation_id for _, r in outcomes}) == 1
+
+
+def test_concurrent_reservations_with_different_input_have_one_winner(connect, tenant):
+    clients = [Keel(connect()) for _ in range(2)]
+    outcomes = race(
+        [
+            lambda: clients[0].reserve_operation(tenant, None, "race", "charge", digest("a")),
+            lambda: clients[1].reserve_operation(tenant, None, "race", "charge", digest("b")),
+        ]
+    )
+    oks = [v for kind, v in outcomes if kind == "ok"]
+    errors = [v for kind, v in outcomes if kind == "error"]
+    assert len(oks) == 1 and oks[0].outcome == "reserved"
+    assert len(errors) == 1 and isinstance(errors[0], IdempotencyConflict)
+
+
+def test_a_finished_operation_cannot_be_finished_again(keel, tenant, leased):
+    task, token = leased
+    op = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
+    )
+    keel.complete_operation(tenant, op.operation_id, token, {"n": 1})
+    with pytest.raises(OperationNotReserved):
+        keel.complete_operation(tenant, op.operation_id, token, {"n": 2})
+    with pytest.raises(OperationNotReserved):
+        keel.fail_operation(tenant, op.operation_id, token, {"e": 1})
+    assert keel.get_operation(tenant, op.operation_id).result == {"n": 1}
+
+
+def test_reserving_for_a_task_needs_its_current_lease(keel, tenant, new_task):
+    task = new_task()
+    with pytest.raises(LeaseLost):
+        keel.reserve_operation(tenant, task.task_id, "k", "charge", digest("a"))
+    with pytest.raises(InvalidArgument):
+        keel.reserve_operation(tenant, None, "k", "charge", digest("a"), fencing_token=1)
+
+
+def test_keys_are_kept_for_the_retention_period(keel, tenant):
+    r = keel.reserve_operation(tenant, None, "k", "x", digest("a"), retention=timedelta(days=3))
+    op = keel.get_operation(tenant, r.operation_id)
+    assert op.expires_at - op.created_at == timedelta(days=3)
+
+
+@pytest.mark.parametrize(
+    ("key", "action", "input_hash"),
+    [("", "x", "h"), ("k" * 256, "x", "h"), ("k", "", "h"), ("k", "x", ""), ("k", "x", "h" * 129)],
+)
+def test_malformed_arguments_are_refused_with_invalid_argument(
+    keel, tenant, key, action, input_hash
+):
+    with pytest.raises(InvalidArgument):
+        keel.reserve_operation(tenant, None, key, action, input_hash)

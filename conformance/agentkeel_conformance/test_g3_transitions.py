@@ -1,0 +1,167 @@
+"""G3 Guarded transitions: only the expected version and a legal edge succeed, and each
+success writes exactly one event with the next sequence number in the same transaction."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from agentkeel.client import Keel
+from agentkeel.errors import IllegalTransition, InvalidArgument, StaleState, TaskNotClaimable
+from agentkeel_conformance.harness import race, tenant_snapshot
+
+pytestmark = pytest.mark.guarantee("G3")
+
+
+def test_a_legal_transition_bumps_the_version_and_writes_one_event(keel, tenant, new_task):
+    task = new_task()
+    moved = keel.transition_task(
+        tenant,
+        task.task_id,
+        1,
+        "running",
+        payload={"reason": "picked"},
+        actor="planner",
+        policy_version="p-7",
+    )
+    assert (moved.state, moved.state_version, moved.last_event_seq) == ("running", 2, 2)
+    events = keel.task_events(tenant, task.task_id)
+    assert [(e.seq, e.from_state, e.to_state, e.state_version) for e in events] == [
+        (1, None, "queued", 1),
+        (2, "queued", "running", 2),
+    ]
+    assert (events[1].actor, events[1].policy_version, events[1].payload) == (
+        "planner",
+        "p-7",
+        {"reason": "picked"},
+    )
+
+
+def test_a_stale_version_is_refused_and_nothing_is_written(keel, connect, tenant, new_task):
+    task = new_task()
+    keel.transition_task(tenant, task.task_id, 1, "running")
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(StaleState) as info:
+        keel.transition_task(tenant, task.task_id, 1, "done", outbox=[{"topic": "t"}])
+    assert info.value.sqlstate == "55K01"
+    assert "Expected state_version 1" in (info.value.detail or "")
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+@pytest.mark.parametrize("target", ["done", "waiting", "nonexistent"])
+def test_an_illegal_edge_is_refused_and_nothing_is_written(keel, connect, tenant, new_task, target):
+    task = new_task()  # queued: only running and cancelled are legal
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(IllegalTransition) as info:
+        keel.transition_task(tenant, task.task_id, 1, target, outbox=[{"topic": "t"}])
+    assert info.value.sqlstate == "55K02"
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+def test_event_sequences_are_contiguous(keel, tenant, new_task):
+    task = new_task()
+    version = 1
+    for state in ["running"] + ["waiting", "running"] * 10 + ["done"]:
+        task = keel.transition_task(tenant, task.task_id, version, state)
+        version = task.state_version
+    events = keel.task_events(tenant, task.task_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [e.state_version for e in events] == list(range(1, len(events) + 1))
+    assert all(a.to_state == b.from_state for a, b in itertools.pairwise(events))
+    assert task.last_event_seq == len(events) == 23
+
+
+def test_outbox_messages_commit_with_the_transition(keel, connect, tenant, new_task):
+    task = new_task()
+    keel.transition_task(
+        tenant,
+        task.task_id,
+        1,
+        "running",
+        outbox=[
+            {"topic": "task.started", "key": str(task.task_id), "payload": {"n": 1}},
+            {"topic": "audit", "payload": [1, 2], "headers": {"traceparent": "x"}},
+        ],
+    )
+    rows = (
+        connect()
+        .execute(
+            "select topic, message_key, payload, headers, event_seq, position, state"
+            " from keel.outbox"
+            " where tenant_id = %s order by position",
+            (tenant,),
+        )
+        .fetchall()
+    )
+    assert rows == [
+        ("task.started", str(task.task_id), {"n": 1}, {}, 2, 1, "pending"),
+        ("audit", None, [1, 2], {"traceparent": "x"}, 2, 2, "pending"),
+    ]
+
+
+def test_a_rolled_back_transaction_leaves_no_event_state_or_message(connect, tenant, new_task):
+    task = new_task()
+    conn = connect()
+    before = tenant_snapshot(conn, tenant)
+    keel = Keel(conn)
+    with pytest.raises(RuntimeError), conn.transaction():
+        keel.transition_task(tenant, task.task_id, 1, "running", outbox=[{"topic": "t"}])
+        raise RuntimeError("the caller's transaction fails after the transition")
+    assert tenant_snapshot(conn, tenant) == before
+
+
+def test_two_transitions_from_one_version_have_one_winner(connect, tenant, new_task):
+    task = new_task()
+    a, b = Keel(connect()), Keel(connect())
+    outcomes = race(
+        [
+            lambda: a.transition_task(tenant, task.task_id, 1, "running"),
+            lambda: b.transition_task(tenant, task.task_id, 1, "cancelled"),
+        ]
+    )
+    kinds = sorted(kind for kind, _ in outcomes)
+    assert kinds == ["error", "ok"]
+    error = next(v for kind, v in outcomes if kind == "error")
+    assert isinstance(error, StaleState)
+    events = a.task_events(tenant, task.task_id)
+    assert [e.seq for e in events] == [1, 2]
+
+
+def test_a_task_follows_the_workflow_version_it_was_created_with(keel, tenant, workflow):
+    edges = [("queued", "running"), ("queued", "done"), ("running", "done")]
+    keel.define_workflow(workflow.name, 2, "queued", edges)
+    old = keel.create_task(tenant, workflow.name, 1)
+    new = keel.create_task(tenant, workflow.name, 2)
+    with pytest.raises(IllegalTransition):
+        keel.transition_task(tenant, old.task_id, 1, "done")
+    assert keel.transition_task(tenant, new.task_id, 1, "done").state == "done"
+
+
+def test_a_terminal_state_ends_the_lease_and_the_schedule(keel, tenant, new_task):
+    task = new_task()
+    claimed = keel.claim_lease(tenant, task.task_id, "w")
+    running = keel.transition_task(
+        tenant, task.task_id, 1, "running", fencing_token=claimed.fencing_token
+    )
+    assert running.lease_owner == "w" and running.wake_at == claimed.lease_expires_at
+    done = keel.transition_task(
+        tenant, task.task_id, 2, "done", fencing_token=claimed.fencing_token
+    )
+    assert (done.lease_owner, done.lease_expires_at, done.wake_at) == (None, None, None)
+    with pytest.raises(TaskNotClaimable):
+        keel.claim_lease(tenant, task.task_id, "w2")
+
+
+@pytest.mark.parametrize(
+    "outbox",
+    [[{"no_topic": 1}], [{"topic": 5}], ["just a string"], [{"topic": "t", "headers": []}]],
+)
+def test_malformed_outbox_messages_are_refused_and_nothing_is_written(
+    keel, connect, tenant, new_task, outbox
+):
+    task = new_task()
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(InvalidArgument):
+        keel.transition_task(tenant, task.task_id, 1, "running", outbox=outbox)
+    assert tenant_snapshot(connect(), tenant) == before

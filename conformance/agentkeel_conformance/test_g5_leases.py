@@ -1,0 +1,148 @@
+"""G5 Leases with fencing: at most one valid lease per task; every acquisition increments
+the fencing token, and a stale token is refused on every fenced write."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from agentkeel.client import Keel
+from agentkeel.errors import InvalidArgument, LeaseHeld, LeaseLost
+from agentkeel_conformance.harness import race, tenant_snapshot
+
+pytestmark = pytest.mark.guarantee("G5")
+
+SHORT = timedelta(milliseconds=300)
+
+
+def wait_past(lease: timedelta) -> None:
+    time.sleep(lease.total_seconds() + 0.2)
+
+
+def test_every_acquisition_increments_the_fencing_token(keel, tenant, new_task):
+    task = new_task()
+    tokens = []
+    for owner in ("a", "b", "c"):
+        claimed = keel.claim_lease(tenant, task.task_id, owner)
+        tokens.append(claimed.fencing_token)
+        keel.release_lease(tenant, task.task_id, claimed.fencing_token)
+    assert tokens == [1, 2, 3]
+
+
+def test_an_unexpired_lease_refuses_a_second_claim(keel, tenant, new_task):
+    task = new_task()
+    keel.claim_lease(tenant, task.task_id, "a")
+    with pytest.raises(LeaseHeld):
+        keel.claim_lease(tenant, task.task_id, "b")
+
+
+FENCED_WRITES = {
+    "renew": lambda k, t, task, token: k.renew_lease(t, task, token),
+    "release": lambda k, t, task, token: k.release_lease(t, task, token),
+    "transition": lambda k, t, task, token: k.transition_task(
+        t, task, 1, "running", fencing_token=token
+    ),
+    "reserve": lambda k, t, task, token: k.reserve_operation(
+        t, task, "k2", "x", "h", fencing_token=token
+    ),
+}
+
+
+@pytest.mark.parametrize("write", sorted(FENCED_WRITES))
+def test_a_stale_token_is_refused_after_a_takeover(keel, connect, tenant, new_task, write):
+    task = new_task()
+    a = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT)
+    wait_past(SHORT)
+    b = Keel(connect()).claim_next_task("worker-b", workflow=task.workflow)
+    assert b is not None and b.task_id == task.task_id
+    assert b.fencing_token == a.fencing_token + 1
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(LeaseLost) as info:
+        FENCED_WRITES[write](keel, tenant, task.task_id, a.fencing_token)
+    assert info.value.sqlstate == "55K03"
+    assert f"current token is {b.fencing_token}" in (info.value.detail or "")
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+def test_completing_an_operation_with_a_stale_token_is_refused(keel, connect, tenant, new_task):
+    task = new_task()
+    a = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT)
+    op = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", "h", fencing_token=a.fencing_token
+    )
+    wait_past(SHORT)
+    b = keel.claim_lease(tenant, task.task_id, "worker-b")
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(LeaseLost):
+        keel.complete_operation(tenant, op.operation_id, a.fencing_token, {"late": True})
+    assert tenant_snapshot(connect(), tenant) == before
+    # The new holder sees the orphaned reservation and may reconcile it.
+    replay = keel.reserve_operation(
+        tenant, task.task_id, "k", "charge", "h", fencing_token=b.fencing_token
+    )
+    assert (replay.outcome, replay.reserved_fencing_token) == ("in_progress", a.fencing_token)
+    done = keel.complete_operation(tenant, op.operation_id, b.fencing_token, {"reconciled": True})
+    assert done.state == "succeeded"
+
+
+def test_an_expired_lease_cannot_be_renewed_even_if_nobody_took_it(keel, tenant, new_task):
+    task = new_task()
+    a = keel.claim_lease(tenant, task.task_id, "a", SHORT)
+    wait_past(SHORT)
+    with pytest.raises(LeaseLost) as info:
+        keel.renew_lease(tenant, task.task_id, a.fencing_token)
+    assert "expired" in (info.value.detail or "")
+
+
+def test_a_leased_task_cannot_be_moved_without_its_token(keel, connect, tenant, new_task):
+    task = new_task()
+    keel.claim_lease(tenant, task.task_id, "a")
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(LeaseLost):
+        keel.transition_task(tenant, task.task_id, 1, "running")
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+def test_renewal_extends_and_release_makes_the_task_due_now(keel, tenant, new_task):
+    task = new_task()
+    a = keel.claim_lease(tenant, task.task_id, "a", timedelta(seconds=5))
+    renewed = keel.renew_lease(tenant, task.task_id, a.fencing_token, timedelta(seconds=60))
+    assert renewed.lease_expires_at > a.lease_expires_at
+    assert renewed.wake_at == renewed.lease_expires_at
+    released = keel.release_lease(tenant, task.task_id, a.fencing_token)
+    assert released.lease_owner is None and released.wake_at <= released.updated_at
+    assert keel.claim_lease(tenant, task.task_id, "b").fencing_token == a.fencing_token + 1
+
+
+def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
+    tasks = {new_task().task_id for _ in range(30)}  # all due now
+    claimers = [Keel(connect()) for _ in range(4)]
+
+    def drain(client: Keel) -> list:
+        got = []
+        while (
+            task := client.claim_next_task("drainer", timedelta(minutes=5), workflow.name)
+        ) is not None:
+            got.append((task.task_id, task.fencing_token))
+        return got
+
+    outcomes = race([lambda c=c: drain(c) for c in claimers])
+    assert all(kind == "ok" for kind, _ in outcomes), outcomes
+    claimed = [task_id for _, got in outcomes for task_id, _ in got]
+    assert len(claimed) == len(set(claimed)), "a task was leased twice"
+    assert tasks <= set(claimed)
+
+
+def test_nothing_due_means_no_claim(keel, tenant, new_task):
+    task = new_task()
+    keel.claim_lease(tenant, task.task_id, "a")
+    assert keel.claim_next_task("b", workflow=task.workflow) is None
+
+
+@pytest.mark.parametrize("lease", [timedelta(0), timedelta(seconds=-1), timedelta(days=8)])
+def test_lease_durations_are_validated(keel, tenant, new_task, lease):
+    task = new_task()
+    with pytest.raises(InvalidArgument):
+        keel.claim_lease(tenant, task.task_id, "a", lease)

@@ -1,0 +1,61 @@
+-- Leases with fencing (G5): claim one named task.
+create or replace function keel.claim_lease(
+    p_tenant_id uuid,
+    p_task_id uuid,
+    p_owner text,
+    p_lease interval default '30 seconds'
+)
+returns keel.tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_expires timestamptz;
+    v_token bigint;
+    v_task keel.tasks;
+begin
+    perform keel.check_lease_request(p_owner, p_lease);
+    v_expires := v_now + p_lease;
+
+    select t.* into v_task
+    from keel.tasks as t
+    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+    for update;
+    if not found then
+        raise exception using
+            errcode = '42K04',
+            message = format('task %s not found', p_task_id);
+    end if;
+    if v_task.wake_at is null then
+        raise exception using
+            errcode = '55K06',
+            message = format('task %s is in terminal state %s', p_task_id, v_task.state),
+            hint = 'A finished task cannot be leased.';
+    end if;
+    if v_task.lease_expires_at > v_now then
+        raise exception using
+            errcode = '55K04',
+            message = format('task %s is leased by %s', p_task_id, v_task.lease_owner),
+            detail = format('The lease expires at %s.', v_task.lease_expires_at),
+            hint = 'Wait for the lease to expire or be released, then claim again.';
+    end if;
+
+    v_token := v_task.fencing_token + 1;
+    update keel.tasks as t
+    set
+        fencing_token = v_token,
+        lease_owner = p_owner,
+        lease_acquired_at = v_now,
+        lease_expires_at = v_expires,
+        wake_at = v_expires,
+        updated_at = v_now
+    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+    returning t.* into v_task;
+    return v_task;
+end;
+$$;
+
+comment on function keel.claim_lease(uuid, uuid, text, interval) is
+'Leases the named task to p_owner for p_lease and returns it with a new fencing token (previous token + 1). Raises lease_held (55K04) while another unexpired lease exists, task_not_claimable (55K06) for a terminal task.';

@@ -1,0 +1,69 @@
+-- The instance layer: start a task in its workflow's initial state, with event 1.
+create or replace function keel.create_task(
+    p_tenant_id uuid,
+    p_workflow text,
+    p_workflow_version integer,
+    p_task_id uuid default null,
+    p_wake_at timestamptz default null,
+    p_metadata jsonb default '{}',
+    p_actor text default null,
+    p_trace_id text default null,
+    p_span_id text default null
+)
+returns keel.tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_task_id uuid := coalesce(p_task_id, keel.uuid_v7());
+    v_actor text := coalesce(p_actor, current_user);
+    v_initial_state text;
+    v_task keel.tasks;
+begin
+    if p_tenant_id is null then
+        raise exception using errcode = '22K01', message = 'tenant id is required';
+    end if;
+    perform 1 from keel.tenants as t where t.tenant_id = p_tenant_id;
+    if not found then
+        raise exception using
+            errcode = '42K02',
+            message = format('unknown tenant %s', p_tenant_id),
+            hint = 'Create it with keel.create_tenant first.';
+    end if;
+    select w.initial_state into v_initial_state
+    from keel.workflows as w
+    where w.workflow = p_workflow and w.workflow_version = p_workflow_version;
+    if not found then
+        raise exception using
+            errcode = '42K03',
+            message = format('unknown workflow %s version %s', p_workflow, p_workflow_version),
+            hint = 'Define it with keel.define_workflow first.';
+    end if;
+
+    insert into keel.tasks (
+        tenant_id, task_id, workflow, workflow_version, state, state_version,
+        last_event_seq, wake_at, metadata, trace_id, span_id, created_at, updated_at
+    )
+    values (
+        p_tenant_id, v_task_id, p_workflow, p_workflow_version, v_initial_state, 1,
+        1, coalesce(p_wake_at, v_now), coalesce(p_metadata, '{}'), p_trace_id, p_span_id,
+        v_now, v_now
+    )
+    returning * into v_task;
+
+    insert into keel.task_events (
+        tenant_id, task_id, seq, event_type, from_state, to_state, state_version,
+        actor, trace_id, span_id, created_at
+    )
+    values (
+        p_tenant_id, v_task_id, 1, 'created', null, v_initial_state, 1,
+        v_actor, p_trace_id, p_span_id, v_now
+    );
+    return v_task;
+end;
+$$;
+
+comment on function keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text) is
+'Creates a task in the initial state of its workflow version, due at p_wake_at (default now), and writes its first event (seq 1, type created) in the same transaction.';

@@ -1,0 +1,47 @@
+-- The one registry of agentkeel SQLSTATEs. tools/agentkeel/errors.py mirrors it,
+-- and a test keeps the two, and every ERRCODE raised in functions/, in step.
+create or replace function keel.error_codes()
+returns table (sqlstate text, name text, description text)
+language plpgsql
+immutable
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    return query
+    select c.sqlstate, c.name, c.description
+    from (
+        values
+        ('22K01', 'invalid_argument',
+         'An argument is missing, out of range or malformed. Nothing was written.'),
+        ('23K01', 'idempotency_conflict',
+         'The idempotency key was used before with a different input hash, action or task. The stored operation is unchanged.'),
+        ('23K02', 'workflow_conflict',
+         'The workflow version already exists with different states or edges. Workflow versions are immutable: define a new version.'),
+        ('42K02', 'unknown_tenant',
+         'No tenant with that id exists.'),
+        ('42K03', 'unknown_workflow',
+         'No such workflow version has been defined.'),
+        ('42K04', 'task_not_found',
+         'No task with that id exists in the tenant.'),
+        ('42K05', 'operation_not_found',
+         'No operation with that id exists in the tenant.'),
+        ('55K01', 'stale_state',
+         'The task''s state_version is not the expected one: another writer changed it first. Nothing was written.'),
+        ('55K02', 'illegal_transition',
+         'The edge from the current state to the requested state is not legal for the task''s workflow version. Nothing was written.'),
+        ('55K03', 'lease_lost',
+         'The fencing token is not the current valid lease on the task (expired, released or taken over). Nothing was written.'),
+        ('55K04', 'lease_held',
+         'Another worker holds an unexpired lease on the task.'),
+        ('55K05', 'operation_not_reserved',
+         'The operation is not in the reserved state, so it cannot be completed or failed again.'),
+        ('55K06', 'task_not_claimable',
+         'The task is in a terminal state and cannot be leased.')
+    ) as c (sqlstate, name, description)
+    order by c.sqlstate;
+end;
+$$;
+
+comment on function keel.error_codes() is
+'Every custom SQLSTATE agentkeel raises, with its name and meaning. Codes sit in the standard class that fits (22 data, 23 integrity, 42 access, 55 prerequisite).';

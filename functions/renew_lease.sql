@@ -1,0 +1,43 @@
+-- Leases with fencing (G5): extend a lease still held.
+create or replace function keel.renew_lease(
+    p_tenant_id uuid,
+    p_task_id uuid,
+    p_fencing_token bigint,
+    p_lease interval default '30 seconds'
+)
+returns keel.tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_expires timestamptz;
+    v_task keel.tasks;
+begin
+    select t.* into v_task
+    from keel.tasks as t
+    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+    for update;
+    if not found then
+        raise exception using
+            errcode = '42K04',
+            message = format('task %s not found', p_task_id);
+    end if;
+    perform keel.assert_lease(v_task, p_fencing_token, v_now);
+    perform keel.check_lease_request(v_task.lease_owner, p_lease);
+    v_expires := v_now + p_lease;
+
+    update keel.tasks as t
+    set
+        lease_expires_at = v_expires,
+        wake_at = v_expires,
+        updated_at = v_now
+    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+    returning t.* into v_task;
+    return v_task;
+end;
+$$;
+
+comment on function keel.renew_lease(uuid, uuid, bigint, interval) is
+'Extends a valid lease to now + p_lease. Raises lease_lost (55K03) when the token is not the current unexpired lease: an expired lease cannot be revived, claim again.';

@@ -1,0 +1,159 @@
+-- Idempotency (G2): reserve an operation before calling the provider (G7).
+create or replace function keel.reserve_operation(
+    p_tenant_id uuid,
+    p_task_id uuid,
+    p_idempotency_key text,
+    p_action text,
+    p_input_hash text,
+    p_fencing_token bigint default null,
+    p_retention interval default '7 days',
+    p_trace_id text default null,
+    p_span_id text default null
+)
+returns table (
+    outcome text,
+    operation_id uuid,
+    state text,
+    attempts integer,
+    result jsonb,
+    error jsonb,
+    provider_reference text,
+    reserved_fencing_token bigint
+)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_now timestamptz := clock_timestamp();
+    v_expires timestamptz;
+    v_task keel.tasks;
+    v_op keel.operations;
+    v_outcome text;
+    v_attempts integer;
+    v_differs text[];
+begin
+    if p_tenant_id is null then
+        raise exception using errcode = '22K01', message = 'tenant id is required';
+    end if;
+    if p_idempotency_key is null or char_length(p_idempotency_key) not between 1 and 255 then
+        raise exception using
+            errcode = '22K01',
+            message = 'idempotency key must be 1 to 255 characters';
+    end if;
+    if p_action is null or char_length(p_action) not between 1 and 200 then
+        raise exception using errcode = '22K01', message = 'action must be 1 to 200 characters';
+    end if;
+    if p_input_hash is null or char_length(p_input_hash) not between 1 and 128 then
+        raise exception using
+            errcode = '22K01',
+            message = 'input hash must be 1 to 128 characters',
+            hint = 'Pass a digest of the operation input, e.g. the sha256 hex of its canonical JSON.';
+    end if;
+    if p_retention is null or p_retention <= interval '0' then
+        raise exception using errcode = '22K01', message = 'retention must be a positive interval';
+    end if;
+    v_expires := v_now + p_retention;
+
+    if p_task_id is not null then
+        -- FOR SHARE keeps a concurrent claim from moving the lease until we commit.
+        select t.* into v_task
+        from keel.tasks as t
+        where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+        for share;
+        if not found then
+            raise exception using
+                errcode = '42K04',
+                message = format('task %s not found', p_task_id);
+        end if;
+        perform keel.assert_lease(v_task, p_fencing_token, v_now);
+    elsif p_fencing_token is not null then
+        raise exception using
+            errcode = '22K01',
+            message = 'a fencing token was given without a task',
+            hint = 'Pass the task id the lease belongs to, or no token for an operation without a task.';
+    else
+        perform 1 from keel.tenants as t where t.tenant_id = p_tenant_id;
+        if not found then
+            raise exception using
+                errcode = '42K02',
+                message = format('unknown tenant %s', p_tenant_id);
+        end if;
+    end if;
+
+    insert into keel.operations as o (
+        tenant_id, task_id, idempotency_key, action, input_hash, state, attempts,
+        reserved_fencing_token, trace_id, span_id, created_at, updated_at, expires_at
+    )
+    values (
+        p_tenant_id, p_task_id, p_idempotency_key, p_action, p_input_hash, 'reserved', 1,
+        p_fencing_token, p_trace_id, p_span_id, v_now, v_now, v_expires
+    )
+    on conflict on constraint operations_idempotency_key_key do nothing
+    returning o.* into v_op;
+
+    if found then
+        v_outcome := 'reserved';
+    else
+        select o.* into v_op
+        from keel.operations as o
+        where o.tenant_id = p_tenant_id and o.idempotency_key = p_idempotency_key
+        for update;
+        if not found then
+            raise exception using
+                errcode = '40001',
+                message = format('idempotency key %s is being reserved concurrently', p_idempotency_key),
+                hint = 'Retry the transaction.';
+        end if;
+
+        if v_op.input_hash <> p_input_hash then
+            v_differs := v_differs || 'input_hash'::text;
+        end if;
+        if v_op.action <> p_action then
+            v_differs := v_differs || 'action'::text;
+        end if;
+        if v_op.task_id is distinct from p_task_id then
+            v_differs := v_differs || 'task_id'::text;
+        end if;
+        if v_differs is not null then
+            raise exception using
+                errcode = '23K01',
+                message = format(
+                    'idempotency key %s was already used for a different operation',
+                    p_idempotency_key
+                ),
+                detail = format(
+                    'Stored operation %s differs in: %s. It was left unchanged.',
+                    v_op.operation_id, array_to_string(v_differs, ', ')
+                ),
+                hint = 'Use a new idempotency key for new input; replay a key only with the exact same input.';
+        end if;
+
+        if v_op.state = 'retryable' then
+            v_attempts := v_op.attempts + 1;
+            update keel.operations as o
+            set
+                state = 'reserved',
+                error = null,
+                attempts = v_attempts,
+                reserved_fencing_token = p_fencing_token,
+                updated_at = v_now
+            where o.tenant_id = p_tenant_id and o.operation_id = v_op.operation_id
+            returning o.* into v_op;
+            v_outcome := 'reserved';
+        elsif v_op.state = 'reserved' then
+            v_outcome := 'in_progress';
+        else
+            v_outcome := v_op.state;
+        end if;
+    end if;
+
+    return query select
+        v_outcome, v_op.operation_id, v_op.state, v_op.attempts, v_op.result, v_op.error,
+        v_op.provider_reference, v_op.reserved_fencing_token;
+end;
+$$;
+
+comment on function keel.reserve_operation(uuid, uuid, text, text, text, bigint, interval, text, text) is
+'Reserves (tenant, idempotency key) for one logical operation (G2). outcome: reserved (perform the effect now), in_progress (reserved earlier and not finished: reconcile with the provider if reserved_fencing_token is older than yours), succeeded or failed (the stored result or error). Reusing the key with a different input hash, action or task raises idempotency_conflict (23K01) and changes nothing. Fenced by the task lease when p_task_id is given.';

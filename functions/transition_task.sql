@@ -1,0 +1,184 @@
+-- Guarded transitions (G3): one legal edge, one event, optional outbox rows,
+-- all in the caller's transaction, or nothing at all.
+create or replace function keel.transition_task(
+    p_tenant_id uuid,
+    p_task_id uuid,
+    p_expected_version bigint,
+    p_to_state text,
+    p_fencing_token bigint default null,
+    p_event_type text default 'transition',
+    p_payload jsonb default '{}',
+    p_outbox jsonb default '[]',
+    p_actor text default null,
+    p_policy_version text default null,
+    p_current_step text default null,
+    p_release_lease boolean default false,
+    p_wake_at timestamptz default null
+)
+returns keel.tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_actor text := coalesce(p_actor, current_user);
+    v_task keel.tasks;
+    v_from_state text;
+    v_next_version bigint;
+    v_seq bigint;
+    v_terminal boolean;
+    v_keep_lease boolean;
+    v_wake_at timestamptz;
+    v_bad jsonb;
+begin
+    if p_expected_version is null or p_to_state is null then
+        raise exception using
+            errcode = '22K01',
+            message = 'expected version and target state are required';
+    end if;
+    if p_payload is null or jsonb_typeof(p_payload) <> 'object' then
+        raise exception using errcode = '22K01', message = 'event payload must be a jsonb object';
+    end if;
+    if p_outbox is null or jsonb_typeof(p_outbox) <> 'array' then
+        raise exception using
+            errcode = '22K01',
+            message = 'outbox must be a jsonb array of messages';
+    end if;
+    select m.value into v_bad
+    from jsonb_array_elements(p_outbox) as m (value)
+    where jsonb_typeof(m.value) <> 'object'
+        or jsonb_typeof(m.value -> 'topic') is distinct from 'string'
+        or (m.value ? 'key' and jsonb_typeof(m.value -> 'key') <> 'string')
+        or (m.value ? 'headers' and jsonb_typeof(m.value -> 'headers') <> 'object')
+    limit 1;
+    if found then
+        raise exception using
+            errcode = '22K01',
+            message = 'each outbox message must be an object with a string "topic"',
+            detail = 'Optional members: "key" (string), "payload" (any json), "headers" (object).';
+    end if;
+
+    select t.* into v_task
+    from keel.tasks as t
+    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+    for update;
+    if not found then
+        raise exception using
+            errcode = '42K04',
+            message = format('task %s not found', p_task_id);
+    end if;
+
+    -- Fencing: a leased task is written only by its lease holder; an unleased
+    -- task only by a caller that presents no token.
+    if p_fencing_token is not null or v_task.lease_expires_at > v_now then
+        perform keel.assert_lease(v_task, p_fencing_token, v_now);
+    end if;
+
+    if v_task.state_version <> p_expected_version then
+        raise exception using
+            errcode = '55K01',
+            message = format('stale state on task %s', p_task_id),
+            detail = format(
+                'Expected state_version %s, but the task is at %s (state %s).',
+                p_expected_version, v_task.state_version, v_task.state
+            ),
+            hint = 'Another writer moved the task first. Re-read it and decide again.';
+    end if;
+
+    perform 1
+    from keel.workflow_transitions as w
+    where w.workflow = v_task.workflow
+        and w.workflow_version = v_task.workflow_version
+        and w.from_state = v_task.state
+        and w.to_state = p_to_state;
+    if not found then
+        raise exception using
+            errcode = '55K02',
+            message = format('illegal transition %s -> %s', v_task.state, p_to_state),
+            detail = format(
+                'Workflow %s version %s has no such edge.', v_task.workflow, v_task.workflow_version
+            ),
+            hint = 'See keel.workflow_transitions for the legal edges.';
+    end if;
+
+    select not exists (
+        select 1
+        from keel.workflow_transitions as w
+        where w.workflow = v_task.workflow
+            and w.workflow_version = v_task.workflow_version
+            and w.from_state = p_to_state
+    ) into v_terminal;
+
+    v_from_state := v_task.state;
+    v_next_version := v_task.state_version + 1;
+    v_seq := v_task.last_event_seq + 1;
+    v_keep_lease := p_fencing_token is not null and not v_terminal and not p_release_lease;
+    v_wake_at := case
+        when v_terminal then null
+        when v_keep_lease then v_task.lease_expires_at
+        else coalesce(p_wake_at, v_now)
+    end;
+
+    if v_keep_lease then
+        update keel.tasks as t
+        set
+            state = p_to_state,
+            state_version = v_next_version,
+            last_event_seq = v_seq,
+            current_step = coalesce(p_current_step, t.current_step),
+            updated_at = v_now
+        where t.tenant_id = p_tenant_id
+            and t.task_id = p_task_id
+            and t.state_version = p_expected_version
+        returning t.* into v_task;
+    else
+        update keel.tasks as t
+        set
+            state = p_to_state,
+            state_version = v_next_version,
+            last_event_seq = v_seq,
+            current_step = coalesce(p_current_step, t.current_step),
+            wake_at = v_wake_at,
+            lease_owner = null,
+            lease_acquired_at = null,
+            lease_expires_at = null,
+            updated_at = v_now
+        where t.tenant_id = p_tenant_id
+            and t.task_id = p_task_id
+            and t.state_version = p_expected_version
+        returning t.* into v_task;
+    end if;
+    if not found then
+        raise exception using
+            errcode = '55K01',
+            message = format('stale state on task %s', p_task_id),
+            detail = format('Expected state_version %s.', p_expected_version);
+    end if;
+
+    insert into keel.task_events (
+        tenant_id, task_id, seq, event_type, from_state, to_state, state_version, actor,
+        policy_version, fencing_token, payload, trace_id, span_id, created_at
+    )
+    values (
+        p_tenant_id, p_task_id, v_seq, p_event_type, v_from_state, p_to_state, v_next_version,
+        v_actor, p_policy_version, p_fencing_token, p_payload, v_task.trace_id, v_task.span_id,
+        v_now
+    );
+
+    insert into keel.outbox (
+        tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
+        available_at, created_at
+    )
+    select
+        p_tenant_id, p_task_id, v_seq, m.position::integer, m.value ->> 'topic',
+        m.value ->> 'key', coalesce(m.value -> 'payload', 'null'::jsonb),
+        coalesce(m.value -> 'headers', '{}'::jsonb), v_now, v_now
+    from jsonb_array_elements(p_outbox) with ordinality as m (value, position);
+
+    return v_task;
+end;
+$$;
+
+comment on function keel.transition_task(uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz) is
+'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction; on any error nothing is written. Entering a terminal state ends the lease.';

@@ -1,0 +1,438 @@
+"""A thin typed client over the keel function API (psycopg 3).
+
+Every call runs in a transaction (a savepoint inside yours) that first sets the
+tenant context with SET LOCAL, so a pooled connection never carries it into the
+next transaction. Database errors with an agentkeel SQLSTATE are raised as the
+matching agentkeel.errors class.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from agentkeel.errors import translate
+
+T = TypeVar("T")
+Json = Any
+
+
+@dataclass(frozen=True)
+class Tenant:
+    tenant_id: uuid.UUID
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Task:
+    tenant_id: uuid.UUID
+    task_id: uuid.UUID
+    workflow: str
+    workflow_version: int
+    state: str
+    state_version: int
+    last_event_seq: int
+    current_step: str | None
+    wake_at: datetime | None
+    lease_owner: str | None
+    fencing_token: int
+    lease_acquired_at: datetime | None
+    lease_expires_at: datetime | None
+    trace_id: str | None
+    span_id: str | None
+    metadata: Json
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    tenant_id: uuid.UUID
+    task_id: uuid.UUID
+    seq: int
+    event_type: str
+    from_state: str | None
+    to_state: str
+    state_version: int
+    actor: str
+    policy_version: str | None
+    fencing_token: int | None
+    payload: Json
+    trace_id: str | None
+    span_id: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What keel.reserve_operation answered.
+
+    outcome: reserved, in_progress, succeeded or failed.
+    """
+
+    outcome: str
+    operation_id: uuid.UUID
+    state: str
+    attempts: int
+    result: Json
+    error: Json
+    provider_reference: str | None
+    reserved_fencing_token: int | None
+
+
+@dataclass(frozen=True)
+class Operation:
+    tenant_id: uuid.UUID
+    operation_id: uuid.UUID
+    task_id: uuid.UUID | None
+    idempotency_key: str
+    action: str
+    input_hash: str
+    state: str
+    provider_reference: str | None
+    result: Json
+    error: Json
+    attempts: int
+    reserved_fencing_token: int | None
+    trace_id: str | None
+    span_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    expires_at: datetime
+
+
+def dataclass_row(cls: type[T]) -> Callable[[psycopg.Cursor[Any]], Callable[[Sequence[Any]], T]]:
+    """A row factory building cls from the columns it declares (newer columns are ignored)."""
+    wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+
+    def factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], T]:
+        names = [c.name for c in cursor.description or ()]
+
+        def make(values: Sequence[Any]) -> T:
+            return cls(**{n: v for n, v in zip(names, values, strict=True) if n in wanted})
+
+        return make
+
+    return factory
+
+
+@contextmanager
+def keel_errors() -> Iterator[None]:
+    """Re-raise database errors carrying an agentkeel SQLSTATE as agentkeel.errors classes."""
+    try:
+        yield
+    except psycopg.Error as err:
+        keel_err = translate(err)
+        if keel_err is None:
+            raise
+        raise keel_err from err
+
+
+def _adapt(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return Jsonb(value)
+    return value
+
+
+class Keel:
+    """The keel function API on one psycopg connection."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    @contextmanager
+    def transaction(self, tenant_id: uuid.UUID | None) -> Iterator[psycopg.Connection]:
+        """A transaction (or savepoint) with the tenant context set for it alone."""
+        with keel_errors(), self.conn.transaction():
+            if tenant_id is not None:
+                self.conn.execute(
+                    sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id)))
+                )
+            yield self.conn
+
+    def _call(
+        self,
+        function: str,
+        cls: type[T],
+        tenant_id: uuid.UUID | None,
+        args: Mapping[str, Any],
+        optional: Mapping[str, Any] | None = None,
+    ) -> list[T]:
+        """select * from keel.<function>(p_name => value, ...); optional args only when not None."""
+        named = dict(args)
+        named.update({k: v for k, v in (optional or {}).items() if v is not None})
+        query = sql.SQL("select * from keel.{}({})").format(
+            sql.Identifier(function),
+            sql.SQL(", ").join(
+                sql.SQL("{} => {}").format(sql.Identifier(f"p_{name}"), sql.Placeholder())
+                for name in named
+            ),
+        )
+        with self.transaction(tenant_id) as conn:
+            cur = conn.cursor(row_factory=dataclass_row(cls))
+            return cur.execute(query, [_adapt(v) for v in named.values()]).fetchall()
+
+    def _one(
+        self,
+        function: str,
+        cls: type[T],
+        tenant_id: uuid.UUID | None,
+        args: Mapping[str, Any],
+        optional: Mapping[str, Any] | None = None,
+    ) -> T:
+        return self._call(function, cls, tenant_id, args, optional)[0]
+
+    # -- tenancy and workflows --------------------------------------------
+    def create_tenant(self, name: str, tenant_id: uuid.UUID | None = None) -> Tenant:
+        tid = tenant_id or uuid.uuid4()
+        return self._one("create_tenant", Tenant, tid, {"tenant_id": tid, "name": name})
+
+    def define_workflow(
+        self,
+        workflow: str,
+        version: int,
+        initial_state: str,
+        transitions: Sequence[tuple[str, str]],
+        description: str | None = None,
+    ) -> bool:
+        """Define a workflow version; True if created, False if the identical one exists."""
+        with self.transaction(None) as conn:
+            row = conn.execute(
+                "select keel.define_workflow(%s, %s, %s, %s, %s)",
+                (
+                    workflow,
+                    version,
+                    initial_state,
+                    Jsonb([list(t) for t in transitions]),
+                    description,
+                ),
+            ).fetchone()
+        return bool(row and row[0])
+
+    # -- tasks ---------------------------------------------------------------
+    def create_task(
+        self,
+        tenant_id: uuid.UUID,
+        workflow: str,
+        workflow_version: int,
+        *,
+        task_id: uuid.UUID | None = None,
+        wake_at: datetime | None = None,
+        metadata: Json = None,
+        actor: str | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+    ) -> Task:
+        return self._one(
+            "create_task",
+            Task,
+            tenant_id,
+            {"tenant_id": tenant_id, "workflow": workflow, "workflow_version": workflow_version},
+            {
+                "task_id": task_id,
+                "wake_at": wake_at,
+                "metadata": metadata,
+                "actor": actor,
+                "trace_id": trace_id,
+                "span_id": span_id,
+            },
+        )
+
+    def get_task(self, tenant_id: uuid.UUID, task_id: uuid.UUID) -> Task | None:
+        with self.transaction(tenant_id) as conn:
+            cur = conn.cursor(row_factory=dataclass_row(Task))
+            return cur.execute(
+                "select * from keel.tasks where tenant_id = %s and task_id = %s",
+                (tenant_id, task_id),
+            ).fetchone()
+
+    def task_events(self, tenant_id: uuid.UUID, task_id: uuid.UUID) -> list[TaskEvent]:
+        with self.transaction(tenant_id) as conn:
+            cur = conn.cursor(row_factory=dataclass_row(TaskEvent))
+            return cur.execute(
+                "select * from keel.task_events where tenant_id = %s and task_id = %s order by seq",
+                (tenant_id, task_id),
+            ).fetchall()
+
+    def transition_task(
+        self,
+        tenant_id: uuid.UUID,
+        task_id: uuid.UUID,
+        expected_version: int,
+        to_state: str,
+        *,
+        fencing_token: int | None = None,
+        event_type: str | None = None,
+        payload: Json = None,
+        outbox: Sequence[Mapping[str, Any]] | None = None,
+        actor: str | None = None,
+        policy_version: str | None = None,
+        current_step: str | None = None,
+        release_lease: bool | None = None,
+        wake_at: datetime | None = None,
+    ) -> Task:
+        return self._one(
+            "transition_task",
+            Task,
+            tenant_id,
+            {
+                "tenant_id": tenant_id,
+                "task_id": task_id,
+                "expected_version": expected_version,
+                "to_state": to_state,
+            },
+            {
+                "fencing_token": fencing_token,
+                "event_type": event_type,
+                "payload": payload,
+                "outbox": list(outbox) if outbox is not None else None,
+                "actor": actor,
+                "policy_version": policy_version,
+                "current_step": current_step,
+                "release_lease": release_lease,
+                "wake_at": wake_at,
+            },
+        )
+
+    # -- leases --------------------------------------------------------------
+    def claim_lease(
+        self, tenant_id: uuid.UUID, task_id: uuid.UUID, owner: str, lease: timedelta | None = None
+    ) -> Task:
+        return self._one(
+            "claim_lease",
+            Task,
+            tenant_id,
+            {"tenant_id": tenant_id, "task_id": task_id, "owner": owner},
+            {"lease": lease},
+        )
+
+    def claim_next_task(
+        self, owner: str, lease: timedelta | None = None, workflow: str | None = None
+    ) -> Task | None:
+        """Lease the longest-due task of any tenant, or None when nothing is due."""
+        rows = self._call(
+            "claim_next_task", Task, None, {"owner": owner}, {"lease": lease, "workflow": workflow}
+        )
+        return rows[0] if rows else None
+
+    def renew_lease(
+        self,
+        tenant_id: uuid.UUID,
+        task_id: uuid.UUID,
+        fencing_token: int,
+        lease: timedelta | None = None,
+    ) -> Task:
+        return self._one(
+            "renew_lease",
+            Task,
+            tenant_id,
+            {"tenant_id": tenant_id, "task_id": task_id, "fencing_token": fencing_token},
+            {"lease": lease},
+        )
+
+    def release_lease(
+        self,
+        tenant_id: uuid.UUID,
+        task_id: uuid.UUID,
+        fencing_token: int,
+        wake_at: datetime | None = None,
+    ) -> Task:
+        return self._one(
+            "release_lease",
+            Task,
+            tenant_id,
+            {"tenant_id": tenant_id, "task_id": task_id, "fencing_token": fencing_token},
+            {"wake_at": wake_at},
+        )
+
+    # -- operations ------------------------------------------------------------
+    def reserve_operation(
+        self,
+        tenant_id: uuid.UUID,
+        task_id: uuid.UUID | None,
+        idempotency_key: str,
+        action: str,
+        input_hash: str,
+        *,
+        fencing_token: int | None = None,
+        retention: timedelta | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+    ) -> Reservation:
+        return self._one(
+            "reserve_operation",
+            Reservation,
+            tenant_id,
+            {
+                "tenant_id": tenant_id,
+                "task_id": task_id,
+                "idempotency_key": idempotency_key,
+                "action": action,
+                "input_hash": input_hash,
+                "fencing_token": fencing_token,
+            },
+            {"retention": retention, "trace_id": trace_id, "span_id": span_id},
+        )
+
+    def complete_operation(
+        self,
+        tenant_id: uuid.UUID,
+        operation_id: uuid.UUID,
+        fencing_token: int | None,
+        result: Json,
+        provider_reference: str | None = None,
+    ) -> Operation:
+        return self._one(
+            "complete_operation",
+            Operation,
+            tenant_id,
+            {
+                "tenant_id": tenant_id,
+                "operation_id": operation_id,
+                "fencing_token": fencing_token,
+                "result": Jsonb(result),
+            },
+            {"provider_reference": provider_reference},
+        )
+
+    def fail_operation(
+        self,
+        tenant_id: uuid.UUID,
+        operation_id: uuid.UUID,
+        fencing_token: int | None,
+        error: Json,
+        *,
+        retryable: bool = False,
+        provider_reference: str | None = None,
+    ) -> Operation:
+        return self._one(
+            "fail_operation",
+            Operation,
+            tenant_id,
+            {
+                "tenant_id": tenant_id,
+                "operation_id": operation_id,
+                "fencing_token": fencing_token,
+                "error": Jsonb(error),
+                "retryable": retryable,
+            },
+            {"provider_reference": provider_reference},
+        )
+
+    def get_operation(self, tenant_id: uuid.UUID, operation_id: uuid.UUID) -> Operation | None:
+        with self.transaction(tenant_id) as conn:
+            cur = conn.cursor(row_factory=dataclass_row(Operation))
+            return cur.execute(
+                "select * from keel.operations where tenant_id = %s and operation_id = %s",
+                (tenant_id, operation_id),
+            ).fetchone()

@@ -1,0 +1,105 @@
+"""The agentkeel SQLSTATE registry, mirrored from keel.error_codes(), one class per code."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import psycopg
+
+
+class KeelError(Exception):
+    """A documented agentkeel error raised by the database."""
+
+    sqlstate: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+
+    def __init__(self, message: str, detail: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.hint = hint
+
+    def __str__(self) -> str:
+        parts = [f"{self.message} [{self.sqlstate} {self.name}]"]
+        if self.detail:
+            parts.append(f"DETAIL: {self.detail}")
+        if self.hint:
+            parts.append(f"HINT: {self.hint}")
+        return "\n".join(parts)
+
+
+class InvalidArgument(KeelError):
+    sqlstate = "22K01"
+    name = "invalid_argument"
+
+
+class IdempotencyConflict(KeelError):
+    sqlstate = "23K01"
+    name = "idempotency_conflict"
+
+
+class WorkflowConflict(KeelError):
+    sqlstate = "23K02"
+    name = "workflow_conflict"
+
+
+class UnknownTenant(KeelError):
+    sqlstate = "42K02"
+    name = "unknown_tenant"
+
+
+class UnknownWorkflow(KeelError):
+    sqlstate = "42K03"
+    name = "unknown_workflow"
+
+
+class TaskNotFound(KeelError):
+    sqlstate = "42K04"
+    name = "task_not_found"
+
+
+class OperationNotFound(KeelError):
+    sqlstate = "42K05"
+    name = "operation_not_found"
+
+
+class StaleState(KeelError):
+    sqlstate = "55K01"
+    name = "stale_state"
+
+
+class IllegalTransition(KeelError):
+    sqlstate = "55K02"
+    name = "illegal_transition"
+
+
+class LeaseLost(KeelError):
+    sqlstate = "55K03"
+    name = "lease_lost"
+
+
+class LeaseHeld(KeelError):
+    sqlstate = "55K04"
+    name = "lease_held"
+
+
+class OperationNotReserved(KeelError):
+    sqlstate = "55K05"
+    name = "operation_not_reserved"
+
+
+class TaskNotClaimable(KeelError):
+    sqlstate = "55K06"
+    name = "task_not_claimable"
+
+
+ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}
+
+
+def translate(err: psycopg.Error) -> KeelError | None:
+    """The KeelError for a database error carrying an agentkeel SQLSTATE, else None."""
+    cls = ERRORS.get(err.sqlstate or "")
+    if cls is None:
+        return None
+    diag = err.diag
+    return cls(diag.message_primary or str(err), diag.message_detail, diag.message_hint)

@@ -1,0 +1,56 @@
+"""Which database a command works on: --dsn / $AGENTKEEL_DSN, else a throwaway cluster."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+import psycopg
+
+from agentkeel.embedded import EmbeddedPostgres
+from agentkeel.migrate import migrate_up
+from agentkeel.sql_files import sql_root
+
+
+def connect(
+    dsn: str, *, autocommit: bool = False, application_name: str = "agentkeel"
+) -> psycopg.Connection:
+    return psycopg.connect(
+        dsn, autocommit=autocommit, application_name=application_name, connect_timeout=10
+    )
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def cleanup_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit so `finally` blocks (cluster removal) run, like Ctrl-C does."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def embedded_database(*, migrated: bool = True) -> Iterator[str]:
+    """A throwaway cluster with the agentkeel schema applied; removed on exit, Ctrl-C or SIGTERM."""
+    with cleanup_on_sigterm(), EmbeddedPostgres() as pg:
+        if migrated:
+            with connect(pg.dsn, autocommit=True) as conn:
+                migrate_up(conn, sql_root())
+        yield pg.dsn
+
+
+@contextmanager
+def database(dsn: str | None, *, migrated: bool = True) -> Iterator[str]:
+    """The given DSN as is, or an embedded, migrated, throwaway database."""
+    if dsn:
+        yield dsn
+        return
+    with embedded_database(migrated=migrated) as embedded_dsn:
+        yield embedded_dsn
