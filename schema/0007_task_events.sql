@@ -15,6 +15,8 @@ create table keel.task_events (
     span_id text,
     created_at timestamptz not null default now(),
     constraint task_events_pkey primary key (tenant_id, task_id, seq),
+    constraint task_events_tenant_fkey
+    foreign key (tenant_id) references keel.tenants (tenant_id) on delete cascade,
     constraint task_events_task_fkey
     foreign key (tenant_id, task_id)
     references keel.tasks (tenant_id, task_id) on delete cascade,

@@ -20,6 +20,8 @@ create table keel.operations (
     expires_at timestamptz not null,
     constraint operations_pkey primary key (tenant_id, operation_id),
     constraint operations_idempotency_key_key unique (tenant_id, idempotency_key),
+    constraint operations_tenant_fkey
+    foreign key (tenant_id) references keel.tenants (tenant_id) on delete cascade,
     constraint operations_task_fkey
     foreign key (tenant_id, task_id)
     references keel.tasks (tenant_id, task_id) on delete cascade,

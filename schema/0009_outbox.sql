@@ -16,6 +16,8 @@ create table keel.outbox (
     delivered_at timestamptz,
     last_error text,
     constraint outbox_pkey primary key (tenant_id, message_id),
+    constraint outbox_tenant_fkey
+    foreign key (tenant_id) references keel.tenants (tenant_id) on delete cascade,
     constraint outbox_task_fkey
     foreign key (tenant_id, task_id)
     references keel.tasks (tenant_id, task_id) on delete cascade,

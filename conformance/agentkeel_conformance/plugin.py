@@ -68,7 +68,7 @@ def _reason(report: pytest.TestReport) -> str:
 def guarantee_table(results: Results) -> Table:
     table = Table(
         "guarantee",
-        "",
+        "title",
         "tests",
         "passed",
         "failed",
@@ -124,6 +124,7 @@ class GuaranteeReport:
             width=max(writer.fullwidth, 100),
             no_color="NO_COLOR" in os.environ,
             highlight=False,
+            soft_wrap=True,  # one line per failure, however long, so CI logs stay greppable
         )
         terminalreporter.write_line("")
         console.print(guarantee_table(self.results))

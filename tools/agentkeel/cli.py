@@ -181,12 +181,13 @@ def up(
         return
     root = _root(sql_dir)
     started = time.monotonic()
+    with handled():
+        load_sources(root)  # malformed files fail before we touch the database
     with (
         handled(),
         database(dsn, migrated=False) as target,
         connect(target, autocommit=True) as conn,
     ):
-        load_sources(root)  # malformed files fail before we touch the database
 
         def waiting(pid: int | None) -> None:
             err.print(f"agentkeel: waiting for another migrator (backend pid {pid}) to finish")
@@ -238,6 +239,9 @@ def conformance_command(extra: list[str]) -> list[str]:
     if spec is None or spec.origin is None:
         fail("the agentkeel_conformance package is not installed", 2)
     suite = Path(spec.origin).parent
+    plugins = ["-p", "agentkeel_conformance.plugin"]
+    if importlib.util.find_spec("xdist") is not None:
+        plugins += ["-p", "xdist.plugin"]  # autoload is off, and -n needs it
     return [
         sys.executable,
         "-m",
@@ -246,8 +250,8 @@ def conformance_command(extra: list[str]) -> list[str]:
         str(suite / "pytest.ini"),
         "--rootdir",
         str(suite),
-        "-p",
-        "agentkeel_conformance.plugin",
+        "--noconftest",
+        *plugins,
         "-p",
         "no:cacheprovider",
         "--pyargs",
@@ -261,7 +265,9 @@ def conformance_command(extra: list[str]) -> list[str]:
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def conformance(dsn: str | None, pytest_args: tuple[str, ...]) -> None:
     """Run the conformance suite; extra arguments go to pytest (e.g. -x, -k, --junitxml)."""
-    env = dict(os.environ)
+    # The caller's pytest plugins and options stay out: the suite must behave the same everywhere.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if dsn:
         env["AGENTKEEL_DSN"] = dsn
     try:

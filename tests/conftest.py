@@ -1,0 +1,104 @@
+"""Fixtures for the project's own tests: a PostgreSQL server and throwaway databases on it.
+
+The server is $AGENTKEEL_TEST_ADMIN_DSN (default: the local server on 127.0.0.1:5432);
+when none answers, an embedded cluster is started for the session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from agentkeel.embedded import EmbeddedPostgres
+from agentkeel.migrate import migrate_up
+from agentkeel.sql_files import sql_root
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+_SCRIPT = Path(sys.executable).parent / "agentkeel"
+AGENTKEEL = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "agentkeel.cli"]
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> Iterator[str]:
+    dsn = os.environ.get("AGENTKEEL_TEST_ADMIN_DSN", DEFAULT_ADMIN_DSN)
+    try:
+        psycopg.connect(dsn, connect_timeout=3).close()
+    except psycopg.OperationalError:
+        with EmbeddedPostgres() as pg:
+            yield pg.dsn
+        return
+    yield dsn
+
+
+@pytest.fixture
+def make_db(admin_dsn: str) -> Iterator[Callable[[], str]]:
+    """Create empty databases (dropped after the test); returns their DSNs."""
+    made: list[str] = []
+
+    def _make() -> str:
+        name = f"agentkeel_test_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+        made.append(name)
+        return conninfo.make_conninfo(admin_dsn, dbname=name)
+
+    yield _make
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for name in made:
+            conn.execute(
+                sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def db(make_db: Callable[[], str]) -> str:
+    """An empty database."""
+    return make_db()
+
+
+@pytest.fixture
+def migrated_db(db: str) -> str:
+    """A database with the whole agentkeel schema applied."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        migrate_up(conn, sql_root())
+    return db
+
+
+@pytest.fixture
+def sql_tree(tmp_path: Path) -> Path:
+    """A private copy of schema/, functions/ and policies/ that a test may edit."""
+    root = tmp_path / "sql"
+    for folder in ("schema", "functions", "policies"):
+        src = REPO / folder
+        if src.is_dir():
+            shutil.copytree(src, root / folder)
+        else:
+            (root / folder).mkdir(parents=True)
+    return root
+
+
+def run_agentkeel(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, in a subprocess."""
+    full_env = {k: v for k, v in os.environ.items() if k != "AGENTKEEL_DSN"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [*AGENTKEEL, *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )

@@ -1,0 +1,169 @@
+"""`agentkeel conformance`: runs the suite anywhere, reports by guarantee, catches broken schemas,
+and leaves nothing behind."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psycopg
+
+from conftest import REPO, run_agentkeel
+
+KEEL_TABLES = (
+    "tenants",
+    "tasks",
+    "task_events",
+    "operations",
+    "outbox",
+    "workflows",
+    "workflow_transitions",
+)
+
+
+def row_counts(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return {
+            t: conn.execute(f"select count(*) from keel.{t}").fetchone()[0] for t in KEEL_TABLES
+        }
+
+
+def verdicts(output: str) -> dict[str, str]:
+    """guarantee id -> result column of the printed table."""
+    found = {}
+    for line in output.splitlines():
+        match = re.match(r"^│ (G\d+)\s+│.*│ (passed|FAILED|skipped|not covered)\s+│$", line)
+        if match:
+            found[match[1]] = match[2]
+    return found
+
+
+def test_the_suite_passes_on_a_migrated_database_and_leaves_nothing_behind(migrated_db, tmp_path):
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(
+            "insert into keel.tenants (tenant_id, name) values (keel.uuid_v7(), 'users own data')"
+        )
+    before = row_counts(migrated_db)
+    junit = tmp_path / "junit.xml"
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q", f"--junitxml={junit}")
+    assert result.returncode == 0, result.stdout[-3000:]
+    table = verdicts(result.stdout)
+    assert {g: table[g] for g in ("G2", "G3", "G5")} == {
+        "G2": "passed",
+        "G3": "passed",
+        "G5": "passed",
+    }
+    assert row_counts(migrated_db) == before
+    properties = ET.parse(junit).getroot().findall(".//property[@name='guarantee']")
+    assert {p.get("value") for p in properties} >= {"G2", "G3", "G5"}
+
+
+def test_the_callers_pytest_configuration_does_not_leak_in(migrated_db, tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --no-such-option\n")
+    (tmp_path / "conftest.py").write_text("raise RuntimeError('a user conftest was imported')\n")
+    result = run_agentkeel(
+        "conformance", "--dsn", migrated_db, "-q", "-k", "contiguous", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "1 passed" in result.stdout
+
+
+def test_plain_pytest_with_the_plugin_runs_the_suite(migrated_db):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "agentkeel_conformance.plugin",
+            "--pyargs",
+            "agentkeel_conformance",
+            "--dsn",
+            migrated_db,
+            "-q",
+            "-k",
+            "G3 or transitions",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert verdicts(result.stdout)["G3"] == "passed"
+
+
+def test_an_unmigrated_database_is_refused_with_a_hint(db):
+    result = run_agentkeel("conformance", "--dsn", db, "-q")
+    assert result.returncode == 4
+    assert "agentkeel migrate up" in result.stdout + result.stderr
+
+
+def break_function(dsn: str, file: str, *mutations: tuple[str, str, int]) -> None:
+    """Install a deliberately broken variant of one function: (pattern, replacement, count)."""
+    source = (REPO / "functions" / file).read_text()
+    for pattern, replacement, expected in mutations:
+        source, count = re.subn(pattern, replacement, source, flags=re.DOTALL)
+        assert count == expected, f"the mutation {pattern!r} did not apply to {file}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(source.encode())
+
+
+def test_a_reserve_without_the_hash_comparison_fails_g2(migrated_db):
+    break_function(
+        migrated_db,
+        "reserve_operation.sql",
+        (r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1),
+    )
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
+    assert result.returncode == 1
+    table = verdicts(result.stdout)
+    assert (table["G2"], table["G3"], table["G5"]) == ("FAILED", "passed", "passed")
+    assert re.search(r"G2 FAILED .*test_a_reused_key_with_different_input_conflicts", result.stdout)
+
+
+def test_a_transition_without_the_version_check_fails_g3(migrated_db):
+    break_function(
+        migrated_db,
+        "transition_task.sql",
+        (r"if v_task.state_version <> p_expected_version then.*?end if;", "", 1),
+        (r"\n\s+and t.state_version = p_expected_version", "", 2),
+    )
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
+    assert result.returncode == 1
+    table = verdicts(result.stdout)
+    assert (table["G3"], table["G2"]) == ("FAILED", "passed")
+    assert "test_a_stale_version_is_refused_and_nothing_is_written" in result.stdout
+
+
+def test_a_completion_without_the_fencing_check_fails_g5(migrated_db):
+    break_function(
+        migrated_db,
+        "finish_operation.sql",
+        (r"perform keel.assert_lease\(v_task, p_fencing_token, v_now\);", "-- fencing removed", 1),
+    )
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
+    assert result.returncode == 1
+    assert verdicts(result.stdout)["G5"] == "FAILED"
+    assert "test_completing_an_operation_with_a_stale_token_is_refused" in result.stdout
+
+
+def test_the_embedded_default_runs_with_no_dsn():
+    result = run_agentkeel("conformance", "-q", "-k", "contiguous or two_claimers or concurrent")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert verdicts(result.stdout)["G5"] == "passed"
+
+
+def test_readme_commands_are_the_ones_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = (
+        re.findall(r"```(?:sh|bash)\n(.*?)```", readme, flags=re.DOTALL)[0].strip().splitlines()
+    )
+    assert len(commands) == 2
+    for command in commands:
+        assert command in ci, f"README command not run by .ci/run: {command}"
+    assert Path(REPO / ".ci" / "run").exists()

@@ -1,0 +1,211 @@
+"""The migrator (G12): idempotent, refuses drift and newer databases, serializes, plans."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agentkeel.migrate import LOCK_KEY, load_sources, migrate_up
+from agentkeel.sql_files import sql_root
+from conftest import AGENTKEEL, run_agentkeel
+
+
+def history(dsn: str) -> dict[str, str]:
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute("select name, checksum from keel.migration_history").fetchall())
+
+
+def test_up_applies_everything_once_and_then_has_nothing_to_do(db):
+    first = run_agentkeel("migrate", "up", "--dsn", db)
+    assert first.returncode == 0, first.stderr
+    sources = load_sources(sql_root())
+    assert f"{len(sources)} applied" in first.stdout
+    assert history(db) == {m.name: m.checksum for m in sources}
+    second = run_agentkeel("migrate", "up", "--dsn", db)
+    assert second.returncode == 0, second.stderr
+    assert "nothing to do" in second.stdout
+    assert "applied schema" not in second.stdout
+    assert run_agentkeel("migrate", "validate", "--dsn", db).returncode == 0
+
+
+def test_validate_and_status_report_pending_migrations(db):
+    result = run_agentkeel("migrate", "validate", "--dsn", db)
+    assert result.returncode == 1
+    assert "schema/0001_keel_schema.sql" in result.stderr
+    status = run_agentkeel("migrate", "status", "--dsn", db)
+    assert status.returncode == 0
+    assert "pending" in status.stdout
+
+
+def test_an_edited_applied_migration_is_refused_as_drift(db, sql_tree):
+    assert run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree)).returncode == 0
+    target = sql_tree / "schema" / "0003_tenants.sql"
+    target.write_text(target.read_text() + "\n-- an innocent-looking edit\n")
+    before = history(db)
+
+    validate = run_agentkeel("migrate", "validate", "--dsn", db, "--sql-dir", str(sql_tree))
+    assert validate.returncode == 3
+    assert "drift: schema/0003_tenants.sql" in validate.stderr
+
+    (sql_tree / "schema" / "0010_more.sql").write_text("create table keel.more (id int);\n")
+    up = run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree))
+    assert up.returncode == 3
+    assert "schema/0003_tenants.sql" in up.stderr
+    assert history(db) == before  # nothing else was applied either
+
+
+def test_a_changed_function_file_is_reapplied_alone(db, sql_tree):
+    assert run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree)).returncode == 0
+    target = sql_tree / "functions" / "error_codes.sql"
+    target.write_text(target.read_text() + "\n-- edit\n")
+    status = run_agentkeel("migrate", "status", "--dsn", db, "--sql-dir", str(sql_tree))
+    assert "changed" in status.stdout
+    up = run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree))
+    assert up.returncode == 0, up.stderr
+    assert "1 applied" in up.stdout
+    assert "applied functions/error_codes.sql" in up.stdout
+
+
+def test_a_database_newer_than_the_code_is_refused(db, sql_tree):
+    (sql_tree / "schema" / "0099_future.sql").write_text("create table keel.future (id int);\n")
+    assert run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree)).returncode == 0
+    result = run_agentkeel("migrate", "up", "--dsn", db)  # the shipped files lack 0099
+    assert result.returncode == 3
+    assert "newer database: schema/0099_future.sql" in result.stderr
+
+
+def test_a_pending_migration_older_than_an_applied_one_is_refused(db, sql_tree):
+    (sql_tree / "schema" / "0011_later.sql").write_text("create table keel.later (id int);\n")
+    assert run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree)).returncode == 0
+    (sql_tree / "schema" / "0010_earlier.sql").write_text("create table keel.earlier (id int);\n")
+    result = run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree))
+    assert result.returncode == 3
+    assert "out of order: schema/0010_earlier.sql" in result.stderr
+
+
+def test_two_migrators_started_together_serialize(db):
+    procs = [
+        subprocess.Popen(
+            [*AGENTKEEL, "migrate", "up", "--dsn", db],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    stdouts = sorted(out for out, _ in outputs)
+    assert sum("nothing to do" in out for out in stdouts) == 1
+    assert sum("applied schema/0001_keel_schema.sql" in out for out in stdouts) == 1
+    assert len(history(db)) == len(load_sources(sql_root()))
+
+
+def test_a_held_migration_lock_times_out_with_a_clear_message(db):
+    with psycopg.connect(db, autocommit=True) as holder:
+        holder.execute("select pg_advisory_lock(%s)", (LOCK_KEY,))
+        pid = holder.info.backend_pid
+        result = run_agentkeel("migrate", "up", "--dsn", db, "--lock-wait", "1")
+    assert result.returncode == 4
+    assert f"waiting for another migrator (backend pid {pid})" in result.stderr
+    assert "nothing was applied" in result.stderr
+
+
+def test_lock_timeout_stops_a_migration_that_would_queue_behind_a_lock(migrated_db, sql_tree):
+    (sql_tree / "schema" / "0010_add_column.sql").write_text(
+        "alter table keel.tenants add column note text;\n"
+    )
+    with psycopg.connect(migrated_db) as blocker:
+        blocker.execute("lock table keel.tenants in access share mode")
+        result = run_agentkeel(
+            "migrate",
+            "up",
+            "--dsn",
+            migrated_db,
+            "--sql-dir",
+            str(sql_tree),
+            "--lock-timeout",
+            "300ms",
+        )
+        blocker.rollback()
+    assert result.returncode == 4
+    assert "schema/0010_add_column.sql failed" in result.stderr
+    assert "lock_timeout expired" in result.stderr
+    assert "schema/0010_add_column.sql" not in history(migrated_db)
+
+
+def test_a_failing_migration_is_rolled_back_and_not_recorded(migrated_db, sql_tree):
+    (sql_tree / "schema" / "0010_broken.sql").write_text(
+        "create table keel.half_done (id int);\nselect 1 / 0;\n"
+    )
+    result = run_agentkeel("migrate", "up", "--dsn", migrated_db, "--sql-dir", str(sql_tree))
+    assert result.returncode == 4
+    assert "schema/0010_broken.sql failed at `select 1 / 0`" in result.stderr
+    with psycopg.connect(migrated_db) as conn:
+        assert conn.execute("select to_regclass('keel.half_done')").fetchone() == (None,)
+    assert "schema/0010_broken.sql" not in history(migrated_db)
+
+
+def test_a_non_transactional_migration_runs_statement_by_statement(migrated_db, sql_tree):
+    (sql_tree / "schema" / "0010_concurrent_index.sql").write_text(
+        "-- agentkeel:no-transaction\n"
+        "create index concurrently if not exists tenants_name_idx on keel.tenants (name);\n"
+    )
+    result = run_agentkeel("migrate", "up", "--dsn", migrated_db, "--sql-dir", str(sql_tree))
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(migrated_db) as conn:
+        assert conn.execute("select to_regclass('keel.tenants_name_idx')").fetchone()[0] is not None
+
+
+def test_plan_prints_sql_that_psql_can_apply(db, make_db):
+    migrated_db = make_db()
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        migrate_up(conn, sql_root())
+    plan = run_agentkeel("migrate", "plan", "--dsn", db)
+    assert plan.returncode == 0, plan.stderr
+    assert "-- schema/0001_keel_schema.sql" in plan.stdout
+    assert run_agentkeel("migrate", "plan", "--dsn", migrated_db).stdout.count("-- schema/") == 0
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed: the plan was printed but not replayed")
+    applied = subprocess.run(
+        ["psql", "-v", "ON_ERROR_STOP=1", "-q", db],
+        input=plan.stdout,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert run_agentkeel("migrate", "validate", "--dsn", db).returncode == 0
+    assert history(db) == history(migrated_db)
+
+
+def test_badly_named_migration_files_are_refused_before_connecting(sql_tree):
+    (sql_tree / "schema" / "10-Add Things.sql").write_text("select 1;\n")
+    result = run_agentkeel(
+        "migrate", "up", "--dsn", "postgresql://nobody@127.0.0.1:1/none", "--sql-dir", str(sql_tree)
+    )
+    assert result.returncode == 2
+    assert "NNNN_lower_snake.sql" in result.stderr
+
+
+def test_an_unreachable_database_is_one_line_and_exit_4():
+    result = run_agentkeel("migrate", "status", "--dsn", "postgresql://nobody@127.0.0.1:1/none")
+    assert result.returncode == 4
+    assert result.stderr.startswith("agentkeel: error: cannot use the database")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_migrate_up_needs_an_autocommit_connection(db):
+    with psycopg.connect(db) as conn, pytest.raises(ValueError, match="autocommit"):
+        migrate_up(conn, sql_root())
+
+
+def test_checksums_ignore_line_endings(sql_tree: Path):
+    target = sql_tree / "schema" / "0003_tenants.sql"
+    before = {m.name: m.checksum for m in load_sources(sql_tree)}
+    target.write_bytes(target.read_bytes().replace(b"\n", b"\r\n"))
+    assert {m.name: m.checksum for m in load_sources(sql_tree)} == before
