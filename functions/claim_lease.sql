@@ -8,14 +8,15 @@ create or replace function keel.claim_lease(
 returns keel.tasks
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_expires timestamptz;
-    v_token bigint;
     v_task keel.tasks;
 begin
+    perform keel.require_tenant(p_tenant_id);
     perform keel.check_lease_request(p_owner, p_lease);
     v_expires := v_now + p_lease;
 
@@ -42,18 +43,7 @@ begin
             hint = 'Wait for the lease to expire or be released, then claim again.';
     end if;
 
-    v_token := v_task.fencing_token + 1;
-    update keel.tasks as t
-    set
-        fencing_token = v_token,
-        lease_owner = p_owner,
-        lease_acquired_at = v_now,
-        lease_expires_at = v_expires,
-        wake_at = v_expires,
-        updated_at = v_now
-    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
-    returning t.* into v_task;
-    return v_task;
+    return keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
 end;
 $$;
 

@@ -9,6 +9,7 @@ create or replace function keel.complete_operation(
 returns keel.operations
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin

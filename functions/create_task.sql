@@ -13,6 +13,7 @@ create or replace function keel.create_task(
 returns keel.tasks
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -22,9 +23,7 @@ declare
     v_initial_state text;
     v_task keel.tasks;
 begin
-    if p_tenant_id is null then
-        raise exception using errcode = '22K01', message = 'tenant id is required';
-    end if;
+    perform keel.require_tenant(p_tenant_id);
     perform 1 from keel.tenants as t where t.tenant_id = p_tenant_id;
     if not found then
         raise exception using

@@ -6,17 +6,13 @@ create or replace function keel.create_tenant(
 returns keel.tenants
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_tenant keel.tenants;
 begin
-    if p_tenant_id is null then
-        raise exception using
-            errcode = '22K01',
-            message = 'tenant id is required',
-            hint = 'Pass a uuid; keel.uuid_v7() makes a time-ordered one.';
-    end if;
+    perform keel.require_tenant(p_tenant_id);
     if p_name is null or char_length(p_name) not between 1 and 200 then
         raise exception using
             errcode = '22K01',

@@ -9,6 +9,7 @@ create or replace function keel.define_workflow(
 returns boolean
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare

@@ -14,10 +14,14 @@ begin
         values
         ('22K01', 'invalid_argument',
          'An argument is missing, out of range or malformed. Nothing was written.'),
+        ('22K02', 'payload_rejected',
+         'An event payload carries a secret-bearing key or exceeds the size limit (G9). The message names the key path, never the value. Nothing was written.'),
         ('23K01', 'idempotency_conflict',
          'The idempotency key was used before with a different input hash, action or task. The stored operation is unchanged.'),
         ('23K02', 'workflow_conflict',
          'The workflow version already exists with different states or edges. Workflow versions are immutable: define a new version.'),
+        ('42K01', 'tenant_context_missing',
+         'No tenant context is set for this transaction: SET LOCAL keel.tenant_id (trusted roles) or keel.tenant_token (agents).'),
         ('42K02', 'unknown_tenant',
          'No tenant with that id exists.'),
         ('42K03', 'unknown_workflow',
@@ -26,6 +30,10 @@ begin
          'No task with that id exists in the tenant.'),
         ('42K05', 'operation_not_found',
          'No operation with that id exists in the tenant.'),
+        ('42K06', 'tenant_context_mismatch',
+         'The tenant argument differs from the tenant context of the transaction.'),
+        ('42K07', 'invalid_tenant_token',
+         'The tenant token is malformed, expired, signed with an unknown or retired key, or its signature does not verify.'),
         ('55K01', 'stale_state',
          'The task''s state_version is not the expected one: another writer changed it first. Nothing was written.'),
         ('55K02', 'illegal_transition',
@@ -37,7 +45,9 @@ begin
         ('55K05', 'operation_not_reserved',
          'The operation is not in the reserved state, so it cannot be completed or failed again.'),
         ('55K06', 'task_not_claimable',
-         'The task is in a terminal state and cannot be leased.')
+         'The task is in a terminal state and cannot be leased.'),
+        ('55K07', 'append_only_violation',
+         'Task events are append-only: UPDATE and DELETE are refused, except by the retention purge (G4).')
     ) as c (sqlstate, name, description)
     order by c.sqlstate;
 end;

@@ -10,6 +10,7 @@ create or replace function keel.fail_operation(
 returns keel.operations
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare

@@ -11,6 +11,7 @@ create or replace function keel.finish_operation(
 returns keel.operations
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -19,6 +20,7 @@ declare
     v_task keel.tasks;
     v_op keel.operations;
 begin
+    perform keel.require_tenant(p_tenant_id);
     if p_state not in ('succeeded', 'failed', 'retryable') then
         raise exception using
             errcode = '22K01',

@@ -8,6 +8,7 @@ create or replace function keel.release_lease(
 returns keel.tasks
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -15,6 +16,7 @@ declare
     v_wake_at timestamptz;
     v_task keel.tasks;
 begin
+    perform keel.require_tenant(p_tenant_id);
     select t.* into v_task
     from keel.tasks as t
     where t.tenant_id = p_tenant_id and t.task_id = p_task_id

@@ -22,6 +22,7 @@ returns table (
 )
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
@@ -34,9 +35,7 @@ declare
     v_attempts integer;
     v_differs text[];
 begin
-    if p_tenant_id is null then
-        raise exception using errcode = '22K01', message = 'tenant id is required';
-    end if;
+    perform keel.require_tenant(p_tenant_id);
     if p_idempotency_key is null or char_length(p_idempotency_key) not between 1 and 255 then
         raise exception using
             errcode = '22K01',

@@ -18,6 +18,7 @@ create or replace function keel.transition_task(
 returns keel.tasks
 language plpgsql
 volatile
+security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -32,6 +33,7 @@ declare
     v_wake_at timestamptz;
     v_bad jsonb;
 begin
+    perform keel.require_tenant(p_tenant_id);
     if p_expected_version is null or p_to_state is null then
         raise exception using
             errcode = '22K01',
@@ -40,6 +42,7 @@ begin
     if p_payload is null or jsonb_typeof(p_payload) <> 'object' then
         raise exception using errcode = '22K01', message = 'event payload must be a jsonb object';
     end if;
+    perform keel.check_event_payload(p_payload);
     if p_outbox is null or jsonb_typeof(p_outbox) <> 'array' then
         raise exception using
             errcode = '22K01',

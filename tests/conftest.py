@@ -1,7 +1,8 @@
 """Fixtures for the project's own tests: a PostgreSQL server and throwaway databases on it.
 
-The server is $AGENTKEEL_TEST_ADMIN_DSN (default: the local server on 127.0.0.1:5432);
-when none answers, an embedded cluster is started for the session.
+The server is an embedded cluster per test session (per xdist worker), because migrating
+creates cluster-wide roles (keel_owner, keel_app, ...) that a shared server would keep.
+Set $AGENTKEEL_TEST_ADMIN_DSN to a superuser DSN to test against another server.
 """
 
 from __future__ import annotations
@@ -23,21 +24,18 @@ from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 _SCRIPT = Path(sys.executable).parent / "agentkeel"
 AGENTKEEL = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "agentkeel.cli"]
 
 
 @pytest.fixture(scope="session")
 def admin_dsn() -> Iterator[str]:
-    dsn = os.environ.get("AGENTKEEL_TEST_ADMIN_DSN", DEFAULT_ADMIN_DSN)
-    try:
-        psycopg.connect(dsn, connect_timeout=3).close()
-    except psycopg.OperationalError:
-        with EmbeddedPostgres() as pg:
-            yield pg.dsn
+    dsn = os.environ.get("AGENTKEEL_TEST_ADMIN_DSN")
+    if dsn:
+        yield dsn
         return
-    yield dsn
+    with EmbeddedPostgres() as pg:
+        yield pg.dsn
 
 
 @pytest.fixture

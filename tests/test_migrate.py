@@ -51,7 +51,7 @@ def test_an_edited_applied_migration_is_refused_as_drift(db, sql_tree):
     assert validate.returncode == 3
     assert "drift: schema/0003_tenants.sql" in validate.stderr
 
-    (sql_tree / "schema" / "0010_more.sql").write_text("create table keel.more (id int);\n")
+    (sql_tree / "schema" / "9010_more.sql").write_text("create table keel.more (id int);\n")
     up = run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree))
     assert up.returncode == 3
     assert "schema/0003_tenants.sql" in up.stderr
@@ -66,25 +66,26 @@ def test_a_changed_function_file_is_reapplied_alone(db, sql_tree):
     assert "changed" in status.stdout
     up = run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree))
     assert up.returncode == 0, up.stderr
-    assert "1 applied" in up.stdout
-    assert "applied functions/error_codes.sql" in up.stdout
+    applied = [line.split()[1] for line in up.stdout.splitlines() if line.startswith("applied ")]
+    policies = sorted(p.name for p in (sql_tree / "policies").glob("*.sql"))
+    assert applied == ["functions/error_codes.sql"] + [f"policies/{p}" for p in policies]
 
 
 def test_a_database_newer_than_the_code_is_refused(db, sql_tree):
-    (sql_tree / "schema" / "0099_future.sql").write_text("create table keel.future (id int);\n")
+    (sql_tree / "schema" / "9099_future.sql").write_text("create table keel.future (id int);\n")
     assert run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree)).returncode == 0
     result = run_agentkeel("migrate", "up", "--dsn", db)  # the shipped files lack 0099
     assert result.returncode == 3
-    assert "newer database: schema/0099_future.sql" in result.stderr
+    assert "newer database: schema/9099_future.sql" in result.stderr
 
 
 def test_a_pending_migration_older_than_an_applied_one_is_refused(db, sql_tree):
-    (sql_tree / "schema" / "0011_later.sql").write_text("create table keel.later (id int);\n")
+    (sql_tree / "schema" / "9011_later.sql").write_text("create table keel.later (id int);\n")
     assert run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree)).returncode == 0
-    (sql_tree / "schema" / "0010_earlier.sql").write_text("create table keel.earlier (id int);\n")
+    (sql_tree / "schema" / "9010_earlier.sql").write_text("create table keel.earlier (id int);\n")
     result = run_agentkeel("migrate", "up", "--dsn", db, "--sql-dir", str(sql_tree))
     assert result.returncode == 3
-    assert "out of order: schema/0010_earlier.sql" in result.stderr
+    assert "out of order: schema/9010_earlier.sql" in result.stderr
 
 
 def test_two_migrators_started_together_serialize(db):
@@ -116,7 +117,7 @@ def test_a_held_migration_lock_times_out_with_a_clear_message(db):
 
 
 def test_lock_timeout_stops_a_migration_that_would_queue_behind_a_lock(migrated_db, sql_tree):
-    (sql_tree / "schema" / "0010_add_column.sql").write_text(
+    (sql_tree / "schema" / "9010_add_column.sql").write_text(
         "alter table keel.tenants add column note text;\n"
     )
     with psycopg.connect(migrated_db) as blocker:
@@ -133,25 +134,25 @@ def test_lock_timeout_stops_a_migration_that_would_queue_behind_a_lock(migrated_
         )
         blocker.rollback()
     assert result.returncode == 4
-    assert "schema/0010_add_column.sql failed" in result.stderr
+    assert "schema/9010_add_column.sql failed" in result.stderr
     assert "lock_timeout expired" in result.stderr
-    assert "schema/0010_add_column.sql" not in history(migrated_db)
+    assert "schema/9010_add_column.sql" not in history(migrated_db)
 
 
 def test_a_failing_migration_is_rolled_back_and_not_recorded(migrated_db, sql_tree):
-    (sql_tree / "schema" / "0010_broken.sql").write_text(
+    (sql_tree / "schema" / "9010_broken.sql").write_text(
         "create table keel.half_done (id int);\nselect 1 / 0;\n"
     )
     result = run_agentkeel("migrate", "up", "--dsn", migrated_db, "--sql-dir", str(sql_tree))
     assert result.returncode == 4
-    assert "schema/0010_broken.sql failed at `select 1 / 0`" in result.stderr
+    assert "schema/9010_broken.sql failed at `select 1 / 0`" in result.stderr
     with psycopg.connect(migrated_db) as conn:
         assert conn.execute("select to_regclass('keel.half_done')").fetchone() == (None,)
-    assert "schema/0010_broken.sql" not in history(migrated_db)
+    assert "schema/9010_broken.sql" not in history(migrated_db)
 
 
 def test_a_non_transactional_migration_runs_statement_by_statement(migrated_db, sql_tree):
-    (sql_tree / "schema" / "0010_concurrent_index.sql").write_text(
+    (sql_tree / "schema" / "9010_concurrent_index.sql").write_text(
         "-- agentkeel:no-transaction\n"
         "create index concurrently if not exists tenants_name_idx on keel.tenants (name);\n"
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import psycopg
 import pytest
+from psycopg import conninfo, sql
 
 from agentkeel.client import Keel, Task
 from agentkeel.migrate import migrate_up
@@ -112,9 +113,17 @@ def make_tenant(keel_dsn: str) -> Iterator[Callable[[], uuid.UUID]]:
         return tenant_id
 
     yield _make_tenant
-    if made:
-        with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
-            conn.execute("delete from keel.tenants where tenant_id = any(%s)", (made,))
+    with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        for tenant_id in made:
+            delete_tenant(conn, tenant_id)
+
+
+def delete_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
+    """Remove a tenant and, by cascade, everything it owns (events through a purge, G4)."""
+    with conn.transaction():
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
+        conn.execute("set local keel.purge = on")
+        conn.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
 
 
 @pytest.fixture
@@ -131,3 +140,77 @@ def new_task(keel: Keel, tenant: uuid.UUID, workflow: Workflow) -> Callable[...,
         return keel.create_task(tenant, workflow.name, workflow.version, **kwargs)  # type: ignore[arg-type]
 
     return _new_task
+
+
+LOGIN_PREFIX = "akc_"
+
+# The documented defaults (policies/06_role_settings.sql) copied onto login roles, as the
+# README tells a DBA to do.
+ROLE_DEFAULTS = {
+    "keel_agent": {
+        "statement_timeout": "5s",
+        "lock_timeout": "2s",
+        "idle_in_transaction_session_timeout": "10s",
+    },
+    "keel_worker": {
+        "statement_timeout": "30s",
+        "lock_timeout": "5s",
+        "idle_in_transaction_session_timeout": "30s",
+    },
+}
+
+
+@dataclass(frozen=True)
+class LoginRole:
+    name: str
+    keel_role: str
+    dsn: str
+
+
+@pytest.fixture(scope="session")
+def login_role(keel_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
+    """Temporary LOGIN roles that are members of one keel role, dropped at the end.
+
+    Attacks must come from a real login: a superuser session that SET ROLEs could simply
+    RESET ROLE. Needs a --dsn role that may create roles (superuser or CREATEROLE)."""
+    made: dict[str, LoginRole] = {}
+
+    def _login_role(keel_role: str) -> LoginRole:
+        if keel_role in made:
+            return made[keel_role]
+        name = f"{LOGIN_PREFIX}{keel_role.removeprefix('keel_')}_{uuid.uuid4().hex[:10]}"
+        password = uuid.uuid4().hex
+        with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+            try:
+                conn.execute(
+                    sql.SQL("create role {} login password {} in role {}").format(
+                        sql.Identifier(name), sql.Literal(password), sql.Identifier(keel_role)
+                    )
+                )
+            except psycopg.errors.InsufficientPrivilege:
+                pytest.skip(
+                    f"needs a login role that is a member of {keel_role}: the --dsn role may "
+                    "not create roles (grant it CREATEROLE, or run as the database owner)"
+                )
+            for setting, value in ROLE_DEFAULTS.get(keel_role, {}).items():
+                conn.execute(
+                    sql.SQL("alter role {} set {} = {}").format(
+                        sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                    )
+                )
+        role = LoginRole(
+            name, keel_role, conninfo.make_conninfo(keel_dsn, user=name, password=password)
+        )
+        made[keel_role] = role
+        return role
+
+    yield _login_role
+    with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        for role in made.values():
+            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role.name)))
+
+
+@pytest.fixture(scope="session")
+def throwaway_database(request: pytest.FixtureRequest) -> bool:
+    """True on the embedded cluster: tests that change global state (keys, settings) may run."""
+    return not (request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN"))

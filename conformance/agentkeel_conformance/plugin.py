@@ -14,9 +14,11 @@ from agentkeel_conformance.fixtures import (  # noqa: F401  (fixtures are regist
     connect,
     keel,
     keel_dsn,
+    login_role,
     make_tenant,
     new_task,
     tenant,
+    throwaway_database,
     workflow,
 )
 from agentkeel_conformance.guarantees import GUARANTEES

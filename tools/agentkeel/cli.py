@@ -118,6 +118,7 @@ def status(dsn: str | None, sql_dir: Path | None) -> None:
         State.UNKNOWN: "bold red",
         State.PENDING: "yellow",
         State.CHANGED: "yellow",
+        State.REAPPLY: "yellow",
     }
     for e in plan.entries:
         table.add_row(

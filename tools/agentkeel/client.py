@@ -145,16 +145,28 @@ def _adapt(value: Any) -> Any:
 
 
 class Keel:
-    """The keel function API on one psycopg connection."""
+    """The keel function API on one psycopg connection.
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    Trusted roles (keel_app, keel_worker) set the tenant per call. An agent session is
+    given a signed token instead (``Keel(conn, tenant_token=...)``): for its login role
+    the database ignores a plain tenant id.
+    """
+
+    def __init__(self, conn: psycopg.Connection, tenant_token: str | None = None) -> None:
         self.conn = conn
+        self.tenant_token = tenant_token
 
     @contextmanager
     def transaction(self, tenant_id: uuid.UUID | None) -> Iterator[psycopg.Connection]:
         """A transaction (or savepoint) with the tenant context set for it alone."""
         with keel_errors(), self.conn.transaction():
-            if tenant_id is not None:
+            if self.tenant_token is not None:
+                self.conn.execute(
+                    sql.SQL("set local keel.tenant_token = {}").format(
+                        sql.Literal(self.tenant_token)
+                    )
+                )
+            elif tenant_id is not None:
                 self.conn.execute(
                     sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id)))
                 )
@@ -196,6 +208,19 @@ class Keel:
     def create_tenant(self, name: str, tenant_id: uuid.UUID | None = None) -> Tenant:
         tid = tenant_id or uuid.uuid4()
         return self._one("create_tenant", Tenant, tid, {"tenant_id": tid, "name": name})
+
+    def mint_tenant_token(self, tenant_id: uuid.UUID, ttl: timedelta | None = None) -> str:
+        """A signed token an agent session uses as its tenant context (G1)."""
+        with self.transaction(tenant_id) as conn:
+            args: list[Any] = [tenant_id] if ttl is None else [tenant_id, ttl]
+            query = (
+                "select keel.mint_tenant_token(%s)"
+                if ttl is None
+                else ("select keel.mint_tenant_token(%s, %s)")
+            )
+            row = conn.execute(query, args).fetchone()
+        assert row is not None
+        return str(row[0])
 
     def define_workflow(
         self,

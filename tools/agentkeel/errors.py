@@ -33,6 +33,11 @@ class InvalidArgument(KeelError):
     name = "invalid_argument"
 
 
+class PayloadRejected(KeelError):
+    sqlstate = "22K02"
+    name = "payload_rejected"
+
+
 class IdempotencyConflict(KeelError):
     sqlstate = "23K01"
     name = "idempotency_conflict"
@@ -41,6 +46,11 @@ class IdempotencyConflict(KeelError):
 class WorkflowConflict(KeelError):
     sqlstate = "23K02"
     name = "workflow_conflict"
+
+
+class TenantContextMissing(KeelError):
+    sqlstate = "42K01"
+    name = "tenant_context_missing"
 
 
 class UnknownTenant(KeelError):
@@ -61,6 +71,16 @@ class TaskNotFound(KeelError):
 class OperationNotFound(KeelError):
     sqlstate = "42K05"
     name = "operation_not_found"
+
+
+class TenantContextMismatch(KeelError):
+    sqlstate = "42K06"
+    name = "tenant_context_mismatch"
+
+
+class InvalidTenantToken(KeelError):
+    sqlstate = "42K07"
+    name = "invalid_tenant_token"
 
 
 class StaleState(KeelError):
@@ -91,6 +111,11 @@ class OperationNotReserved(KeelError):
 class TaskNotClaimable(KeelError):
     sqlstate = "55K06"
     name = "task_not_claimable"
+
+
+class AppendOnlyViolation(KeelError):
+    sqlstate = "55K07"
+    name = "append_only_violation"
 
 
 ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}

@@ -1,5 +1,8 @@
 """The migrator: versioned files once and in order, repeatable files on change.
 
+policies/ files (ownership, grants, row-level security) also run again whenever anything
+else is applied, because they are derived from what the other files create.
+
 A history table with sha256 checksums records what was applied. Concurrent
 migrators serialize on a session advisory lock taken by polling; each file runs
 in its own transaction under lock_timeout. An applied versioned file whose
@@ -97,6 +100,7 @@ class State(enum.Enum):
     APPLIED = "applied"
     PENDING = "pending"
     CHANGED = "changed"  # repeatable file changed since applied: re-applied by up
+    REAPPLY = "reapply"  # policies/ file, unchanged, re-run because something else runs
     DRIFT = "drift"  # versioned file changed since applied: refused
     UNKNOWN = "unknown"  # in the database, not in this code
     REMOVED = "removed"  # repeatable file no longer shipped
@@ -121,7 +125,7 @@ class Plan:
         return [
             e.source
             for e in self.entries
-            if e.source is not None and e.state in (State.PENDING, State.CHANGED)
+            if e.source is not None and e.state in (State.PENDING, State.CHANGED, State.REAPPLY)
         ]
 
 
@@ -201,6 +205,16 @@ def make_plan(sources: list[MigrationFile], history: dict[str, AppliedMigration]
                 "released migrations are append-only: restore the file and add a new migration"
             )
         entries.append(Entry(src.name, src.kind, state, src, applied))
+
+    # Ownership, grants and row-level security are derived from the catalog: whenever
+    # anything else runs (a new table, a re-created function), every policies/ file runs too.
+    if any(e.state in (State.PENDING, State.CHANGED) for e in entries):
+        entries = [
+            Entry(e.name, e.kind, State.REAPPLY, e.source, e.applied)
+            if e.state is State.APPLIED and e.name.startswith("policies/")
+            else e
+            for e in entries
+        ]
 
     known = {s.name for s in sources}
     for applied in sorted(history.values(), key=lambda a: (a.kind, a.version or 0, a.name)):

@@ -1,0 +1,50 @@
+-- Tenant tokens (G1): the tenant a token was minted for, if it verifies now.
+create or replace function keel.verify_tenant_token(p_token text)
+returns uuid
+language plpgsql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_parts text[] := string_to_array(p_token, '.');
+    v_signature text;
+begin
+    if array_length(v_parts, 1) is distinct from 5
+        or v_parts[1] <> 'v1'
+        or v_parts[2] !~ '^[1-9][0-9]{0,8}$'
+        or v_parts[3] !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+        or v_parts[4] !~ '^[1-9][0-9]{0,11}$'
+        or v_parts[5] !~ '^[0-9a-f]{64}$' then
+        raise exception using
+            errcode = '42K07',
+            message = 'tenant token is malformed',
+            hint = 'Use the token exactly as keel.mint_tenant_token returned it.';
+    end if;
+    v_signature := keel.tenant_token_signature(
+        v_parts[2]::integer, array_to_string(v_parts[1:4], '.')
+    );
+    if v_signature is null then
+        raise exception using
+            errcode = '42K07',
+            message = format('tenant token is signed with unknown or retired key version %s', v_parts[2]),
+            hint = 'Mint a new token.';
+    end if;
+    if v_signature <> v_parts[5] then
+        raise exception using
+            errcode = '42K07',
+            message = 'tenant token signature does not verify',
+            hint = 'Tokens cannot be edited: mint a new one for the tenant.';
+    end if;
+    if to_timestamp(v_parts[4]::bigint) <= now() then
+        raise exception using
+            errcode = '42K07',
+            message = 'tenant token has expired',
+            hint = 'Mint a new token.';
+    end if;
+    return v_parts[3]::uuid;
+end;
+$$;
+
+comment on function keel.verify_tenant_token(text) is
+'Returns the tenant of a valid token; raises invalid_tenant_token (42K07) when it is malformed, expired, signed with an unknown or retired key, or altered. Tokens look like v1.<key version>.<tenant>.<expiry epoch>.<hmac-sha256 hex>.';

@@ -1,0 +1,52 @@
+-- Privileges (G1, G3, G4): nothing for PUBLIC; application roles read under RLS and write
+-- only through the guarded function API (SECURITY DEFINER), never with DML of their own.
+revoke all on schema keel from public;
+revoke all on all tables in schema keel from public;
+revoke all on all sequences in schema keel from public;
+revoke all on all functions in schema keel from public;
+
+grant usage on schema keel to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+
+-- Reads. Rows are filtered by the tenant_isolation policies.
+grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox
+to keel_app, keel_worker;
+grant select on keel.tasks, keel.task_events, keel.operations to keel_agent;
+grant select on keel.task_events to keel_auditor;
+grant select on keel.workflows, keel.workflow_transitions
+to keel_app, keel_worker, keel_agent, keel_auditor;
+grant select on keel.settings, keel.redaction_rules to keel_app, keel_worker;
+
+-- Evaluated inside the RLS policies, so every role that reads needs them.
+grant execute on function
+keel.current_tenant(),
+keel.verify_tenant_token(text),
+keel.error_codes()
+to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+
+-- keel_app: trusted server code, for the tenant in its context.
+grant execute on function
+keel.create_tenant(uuid, text),
+keel.define_workflow(text, integer, text, jsonb, text),
+keel.mint_tenant_token(uuid, interval),
+keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text),
+keel.claim_lease(uuid, uuid, text, interval)
+to keel_app;
+
+-- keel_worker: claims across tenants, then works inside the claimed one.
+grant execute on function
+keel.claim_next_task(text, interval, text),
+keel.claim_lease(uuid, uuid, text, interval),
+keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text)
+to keel_worker;
+
+-- Everyone who acts on a task: every write is guarded, fenced and tenant-checked.
+grant execute on function
+keel.renew_lease(uuid, uuid, bigint, interval),
+keel.release_lease(uuid, uuid, bigint, timestamptz),
+keel.transition_task(
+    uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz
+),
+keel.reserve_operation(uuid, uuid, text, text, text, bigint, interval, text, text),
+keel.complete_operation(uuid, uuid, bigint, jsonb, text),
+keel.fail_operation(uuid, uuid, bigint, jsonb, boolean, text)
+to keel_app, keel_worker, keel_agent;

@@ -1,0 +1,38 @@
+-- Row-level security (G1): enabled and forced on every table with a tenant_id column,
+-- found in the catalog so that a new tenant table cannot be forgotten.
+do $$
+declare
+    v_table text;
+begin
+    for v_table in
+        select c.oid::regclass::text
+        from pg_catalog.pg_class as c
+        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
+        inner join pg_catalog.pg_attribute as a
+            on a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped
+        where n.nspname = 'keel' and c.relkind in ('r', 'p')
+    loop
+        execute format('alter table %s enable row level security', v_table);
+        execute format('alter table %s force row level security', v_table);
+        execute format('drop policy if exists tenant_isolation on %s', v_table);
+        execute format(
+            'create policy tenant_isolation on %s using (tenant_id = keel.current_tenant())'
+            ' with check (tenant_id = keel.current_tenant())',
+            v_table
+        );
+    end loop;
+end;
+$$;
+
+-- keel.claim_next_task scans every tenant for due tasks. It runs as keel_owner and
+-- switches the flag on for that one unlocked scan; no other role is named here.
+drop policy if exists tasks_claim_scan on keel.tasks;
+create policy tasks_claim_scan on keel.tasks
+for select to keel_owner
+using (current_setting('keel.scan_all_tenants', true) = 'on');
+
+-- Auditors read the history of every tenant.
+drop policy if exists task_events_auditor on keel.task_events;
+create policy task_events_auditor on keel.task_events
+for select to keel_auditor
+using (true);
