@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentkeel import __version__
+from agentkeel.check import SchemaMissing, run_checks, to_json, to_junit
 from agentkeel.embedded import EmbeddedError, PostgresNotFound
 from agentkeel.migrate import (
     MigrationError,
@@ -226,6 +227,60 @@ def validate(dsn: str | None, sql_dir: Path | None) -> None:
     if pending:
         fail(f"{len(pending)} migration(s) not applied: {', '.join(pending)}", EXIT_FINDINGS)
     out.print("valid: every migration is applied and unchanged")
+
+
+# -- check ----------------------------------------------------------------------
+
+
+@main.command()
+@dsn_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["human", "json", "junit"]),
+    default="human",
+    show_default=True,
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the report to a file instead of standard output.",
+)
+def check(dsn: str | None, fmt: str, output: Path | None) -> None:
+    """Read-only posture checks of the catalog; exit 1 on any finding."""
+    with handled(), database(dsn) as target, connect(target) as conn:
+        try:
+            results = run_checks(conn)
+        except SchemaMissing as e:
+            fail(str(e), EXIT_DATABASE)
+    findings = [f for fs in results.values() for f in fs]
+    if fmt == "json":
+        report = to_json(results)
+    elif fmt == "junit":
+        report = to_junit(results)
+    else:
+        report = None
+    if report is not None:
+        if output is not None:
+            output.write_text(report + "\n", encoding="utf-8")
+        else:
+            click.echo(report)
+    else:
+        table = Table("rule", "object", "problem", "remedy", title="agentkeel check")
+        for f in findings:
+            table.add_row(f.rule, f.object, f.problem, f.remedy)
+        console = Console(file=output.open("w") if output else None, highlight=False, width=200)
+        if findings:
+            console.print(table)
+        console.print(
+            f"{len(findings)} finding(s) in {len(results)} rules"
+            if findings
+            else f"all {len(results)} rules pass: {', '.join(sorted(results))}"
+        )
+    if findings:
+        sys.exit(EXIT_FINDINGS)
 
 
 # -- conformance --------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""G4 Append-only history: no application role can change or remove events, and the
+owner is refused too, except through a purge."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.harness import tenant_snapshot
+
+pytestmark = pytest.mark.guarantee("G4")
+
+ROLES = ("keel_app", "keel_worker", "keel_agent", "keel_relay", "keel_auditor")
+CHANGES = {
+    "update": "update keel.task_events set payload = '{}' where tenant_id = %s",
+    "delete": "delete from keel.task_events where tenant_id = %s",
+    "truncate": "truncate keel.task_events",
+}
+
+
+@pytest.fixture
+def history(keel, tenant, new_task):
+    task = new_task()
+    keel.transition_task(tenant, task.task_id, 1, "running", payload={"n": 1})
+    return task
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("role", ROLES)
+def test_no_application_role_can_change_events(login_role, tenant, history, connect, role, change):
+    before = tenant_snapshot(connect(), tenant)
+    with psycopg.connect(login_role(role).dsn, options=CONNECTION_OPTIONS) as conn:
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+        params = (tenant,) if "%s" in CHANGES[change] else None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(CHANGES[change], params)
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+@pytest.mark.parametrize("change", ["update", "delete"])
+def test_the_owner_is_refused_too(connect, tenant, history, change):
+    conn = connect()
+    before = tenant_snapshot(conn, tenant)
+    with pytest.raises(psycopg.Error) as info, conn.transaction():
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+        conn.execute(CHANGES[change], (tenant,))
+    assert info.value.sqlstate == "55K07"
+    assert "append-only" in str(info.value)
+    assert tenant_snapshot(conn, tenant) == before
+
+
+def test_a_purge_may_delete_but_never_update(connect, tenant, history):
+    conn = connect()
+    with conn.transaction(force_rollback=True):
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+        conn.execute("set local keel.purge = on")
+        deleted = conn.execute(
+            "delete from keel.task_events where tenant_id = %s", (tenant,)
+        ).rowcount
+        assert deleted == 2
+    with pytest.raises(psycopg.Error) as info, conn.transaction():
+        conn.execute("set local keel.purge = on")
+        conn.execute(CHANGES["update"], (tenant,))
+    assert info.value.sqlstate == "55K07"
+
+
+def test_the_append_only_trigger_is_installed_and_enabled(connect):
+    row = (
+        connect()
+        .execute(
+            "select tgenabled from pg_trigger"
+            " where tgrelid = 'keel.task_events'::regclass and tgname = 'task_events_append_only'"
+        )
+        .fetchone()
+    )
+    assert row == ("O",), "the append-only trigger is missing or disabled"
+
+
+def test_the_auditor_reads_every_tenants_history(login_role, make_tenant, keel, workflow):
+    tenants = [make_tenant(), make_tenant()]
+    for t in tenants:
+        keel.create_task(t, workflow.name, workflow.version)
+    with psycopg.connect(login_role("keel_auditor").dsn, options=CONNECTION_OPTIONS) as conn:
+        seen = {
+            r[0]
+            for r in conn.execute(
+                "select tenant_id from keel.task_events where tenant_id = any(%s)", (tenants,)
+            )
+        }
+    assert seen == set(tenants)

@@ -1,0 +1,203 @@
+"""`agentkeel check`: passes on a fresh install and names each problem on broken ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from agentkeel.check import rule_files
+from conftest import REPO, run_agentkeel
+
+
+def findings(dsn: str) -> list[dict[str, str]]:
+    result = run_agentkeel("check", "--dsn", dsn, "--format", "json")
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    assert (result.returncode == 1) == bool(report["findings"])
+    return report["findings"]
+
+
+def test_a_fresh_install_passes_every_rule(migrated_db):
+    result = run_agentkeel("check", "--dsn", migrated_db)
+    assert result.returncode == 0, result.stdout
+    assert f"all {len(rule_files())} rules pass" in result.stdout
+
+
+def test_the_embedded_default_passes():
+    result = run_agentkeel("check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture
+def owner(migrated_db) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        yield conn
+
+
+BROKEN = {
+    "dropped policy": (
+        "drop policy tenant_isolation on keel.operations",
+        "rls_forced",
+        "keel.operations",
+        "no policy",
+    ),
+    "force removed": (
+        "alter table keel.tasks no force row level security",
+        "rls_forced",
+        "keel.tasks",
+        "not forced",
+    ),
+    "rls disabled": (
+        "alter table keel.outbox disable row level security",
+        "rls_forced",
+        "keel.outbox",
+        "not enabled",
+    ),
+    "unpinned security definer": (
+        "create function keel.sneaky() returns int language sql security definer"
+        " as 'select 1'; alter function keel.sneaky() owner to keel_owner;"
+        " revoke all on function keel.sneaky() from public",
+        "security_definer",
+        "keel.sneaky()",
+        "search_path",
+    ),
+    "public execute": (
+        "grant execute on function keel.claim_next_task(text, interval, text) to public",
+        "security_definer",
+        "keel.claim_next_task(text,interval,text)",
+        "PUBLIC",
+    ),
+    "id-only foreign key": (
+        "create table keel.notes (tenant_id uuid not null, note_id uuid not null, task_id uuid,"
+        " constraint notes_pkey primary key (tenant_id, note_id));"
+        " alter table keel.notes add constraint notes_task_fkey foreign key (tenant_id, task_id)"
+        " references keel.tasks (tenant_id, task_id);"
+        " create unique index notes_task_idx on keel.notes (task_id);"
+        " alter table keel.notes add constraint notes_task_only_fkey foreign key (task_id)"
+        " references keel.notes (task_id)",
+        "tenant_keys",
+        "keel.notes.notes_task_only_fkey",
+        "does not include tenant_id",
+    ),
+    "unique without tenant": (
+        "alter table keel.operations add constraint operations_key_global unique (idempotency_key)",
+        "tenant_keys",
+        "keel.operations.operations_key_global",
+        "does not include tenant_id",
+    ),
+    "view without security_invoker": (
+        "create view keel.all_tasks as select * from keel.tasks",
+        "views_security_invoker",
+        "keel.all_tasks",
+        "security_invoker",
+    ),
+    "events updatable": (
+        "grant update on keel.task_events to keel_app",
+        "events_append_only",
+        "keel.task_events",
+        "keel_app may UPDATE",
+    ),
+    "append-only trigger disabled": (
+        "alter table keel.task_events disable trigger task_events_append_only",
+        "events_append_only",
+        "keel.task_events",
+        "missing or disabled",
+    ),
+    "object owned by another role": (
+        "alter table keel.settings owner to keel_app",
+        "application_roles",
+        "keel.settings",
+        "owned by keel_app",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_database_is_reported_by_rule_and_object(owner, migrated_db, case):
+    statement, rule, obj, problem = BROKEN[case]
+    owner.execute(statement.encode())
+    found = [f for f in findings(migrated_db) if f["rule"] == rule and f["object"] == obj]
+    assert found, findings(migrated_db)
+    assert any(problem in f["problem"] for f in found), found
+
+
+@pytest.mark.parametrize(
+    ("attribute", "problem"), [("bypassrls", "BYPASSRLS"), ("superuser", "superuser")]
+)
+def test_an_application_role_with_dangerous_attributes_is_reported(
+    owner, migrated_db, attribute, problem
+):
+    owner.execute(f"alter role keel_worker {attribute}")
+    try:
+        found = [f for f in findings(migrated_db) if f["object"] == "keel_worker"]
+    finally:
+        owner.execute(f"alter role keel_worker no{attribute}")
+    assert any(problem in f["problem"] for f in found), found
+
+
+def test_an_agent_login_that_is_also_trusted_is_reported(owner, migrated_db):
+    owner.execute("create role ak_both login in role keel_agent, keel_app")
+    try:
+        found = [f for f in findings(migrated_db) if f["object"] == "ak_both"]
+    finally:
+        owner.execute("drop role ak_both")
+    assert any("skip the signed token" in f["problem"] for f in found), found
+
+
+def test_login_members_without_timeouts_are_reported(owner, migrated_db):
+    owner.execute("create role ak_agent_login login in role keel_agent")
+    try:
+        found = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
+        owner.execute("alter role ak_agent_login set statement_timeout = '5s'")
+        owner.execute("alter role ak_agent_login set idle_in_transaction_session_timeout = '10s'")
+        after = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
+    finally:
+        owner.execute("drop role ak_agent_login")
+    assert {f["object"] for f in found} == {"ak_agent_login"}
+    assert after == []
+
+
+def test_junit_output_has_one_case_per_rule_and_fails_the_broken_one(owner, migrated_db, tmp_path):
+    owner.execute("alter table keel.tasks no force row level security")
+    report = tmp_path / "check.xml"
+    result = run_agentkeel("check", "--dsn", migrated_db, "--format", "junit", "-o", str(report))
+    assert result.returncode == 1
+    suite = ET.parse(report).getroot()
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert set(cases) == {p.stem for p in rule_files()}
+    assert cases["rls_forced"].find("failure") is not None
+    assert cases["tenant_keys"].find("failure") is None
+
+
+def test_human_output_names_the_object_and_exits_1(owner, migrated_db):
+    owner.execute("drop policy tenant_isolation on keel.operations")
+    result = run_agentkeel("check", "--dsn", migrated_db)
+    assert result.returncode == 1
+    assert "keel.operations" in result.stdout and "rls_forced" in result.stdout
+
+
+def test_a_database_without_the_schema_is_refused(db):
+    result = run_agentkeel("check", "--dsn", db)
+    assert result.returncode == 4
+    assert "agentkeel migrate up" in result.stderr
+
+
+def test_every_rule_file_runs_in_psql_as_is(migrated_db):
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    for path in rule_files():
+        out = subprocess.run(
+            ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-q", "-f", str(path), migrated_db],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert out.returncode == 0, (path, out.stderr)
+        assert "(0 rows)" in out.stdout
+    assert (REPO / "tools" / "agentkeel" / "checks").is_dir()
