@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from conftest import REPO, run_agentkeel
 
@@ -112,43 +113,62 @@ def break_function(dsn: str, file: str, *mutations: tuple[str, str, int]) -> Non
         conn.execute(source.encode())
 
 
-def test_a_reserve_without_the_hash_comparison_fails_g2(migrated_db):
-    break_function(
-        migrated_db,
+# Deliberately broken variants of one function each: the suite must report exactly the
+# guarantee the mutation breaks, naming a test that caught it.
+MUTATIONS = {
+    "G1: current_tenant trusts a plain tenant id from any session": (
+        "current_tenant.sql",
+        [(r"if pg_has_role\(session_user, 'keel_app', 'member'\).*?then", "if true then", 1)],
+        "G1",
+        "test_a_plain_tenant_id_is_ignored_for_the_agent",
+    ),
+    "G2: reserve without the hash comparison": (
         "reserve_operation.sql",
-        (r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1),
-    )
-    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
-    assert result.returncode == 1
-    table = verdicts(result.stdout)
-    assert (table["G2"], table["G3"], table["G5"]) == ("FAILED", "passed", "passed")
-    assert re.search(r"G2 FAILED .*test_a_reused_key_with_different_input_conflicts", result.stdout)
-
-
-def test_a_transition_without_the_version_check_fails_g3(migrated_db):
-    break_function(
-        migrated_db,
+        [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],
+        "G2",
+        "test_a_reused_key_with_different_input_conflicts",
+    ),
+    "G3: transition without the version check": (
         "transition_task.sql",
-        (r"if v_task.state_version <> p_expected_version then.*?end if;", "", 1),
-        (r"\n\s+and t.state_version = p_expected_version", "", 2),
-    )
-    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
-    assert result.returncode == 1
-    table = verdicts(result.stdout)
-    assert (table["G3"], table["G2"]) == ("FAILED", "passed")
-    assert "test_a_stale_version_is_refused_and_nothing_is_written" in result.stdout
-
-
-def test_a_completion_without_the_fencing_check_fails_g5(migrated_db):
-    break_function(
-        migrated_db,
+        [
+            (r"if v_task.state_version <> p_expected_version then.*?end if;", "", 1),
+            (r"\n\s+and t.state_version = p_expected_version", "", 2),
+        ],
+        "G3",
+        "test_a_stale_version_is_refused_and_nothing_is_written",
+    ),
+    "G4: the append-only trigger lets everything through": (
+        "refuse_event_change.sql",
+        [(r"begin\n    if tg_op", "begin\n    return coalesce(new, old);\n    if tg_op", 1)],
+        "G4",
+        "test_the_owner_is_refused_too",
+    ),
+    "G5: completion without the fencing check": (
         "finish_operation.sql",
-        (r"perform keel.assert_lease\(v_task, p_fencing_token, v_now\);", "-- fencing removed", 1),
-    )
+        [(r"perform keel.assert_lease\(v_task, p_fencing_token, v_now\);", "", 1)],
+        "G5",
+        "test_completing_an_operation_with_a_stale_token_is_refused",
+    ),
+    "G9: payload keys are not checked": (
+        "check_event_payload.sql",
+        [(r"if v_path is not null then", "if false then", 1)],
+        "G9",
+        "test_secret_bearing_keys_are_refused",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_the_suite_catches_a_broken_function(migrated_db, mutation):
+    file, edits, guarantee, test_name = MUTATIONS[mutation]
+    break_function(migrated_db, file, *edits)
     result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
-    assert result.returncode == 1
-    assert verdicts(result.stdout)["G5"] == "FAILED"
-    assert "test_completing_an_operation_with_a_stale_token_is_refused" in result.stdout
+    assert result.returncode == 1, result.stdout[-3000:]
+    table = verdicts(result.stdout)
+    assert table[guarantee] == "FAILED"
+    others = {g: v for g, v in table.items() if g != guarantee and v != "not covered"}
+    assert set(others.values()) == {"passed"}, others
+    assert re.search(rf"{guarantee} FAILED .*{test_name}", result.stdout)
 
 
 def test_the_embedded_default_runs_with_no_dsn():

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-TENANT_TABLES = ("tasks", "task_events", "operations", "outbox")
+TENANT_TABLES = ("tenants", "tasks", "task_events", "operations", "outbox")
+
+
+@contextmanager
+def in_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Iterator[psycopg.Connection]:
+    """A transaction whose tenant context is tenant_id: how the suite reads raw rows, so it
+    works for a non-superuser owner too (row-level security is forced on the owner)."""
+    with conn.transaction():
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
+        yield conn
 
 
 def tenant_snapshot(
@@ -20,12 +30,14 @@ def tenant_snapshot(
     """Every row the tenant owns, table by table, in a stable order: compare two to prove
     that a refused call wrote nothing."""
     snapshot: dict[str, list[tuple[Any, ...]]] = {}
-    for table in TENANT_TABLES:
-        query = sql.SQL(
-            "select to_jsonb(t)::text from keel.{} as t where t.tenant_id = %s order by 1"
-        ).format(sql.Identifier(table))
-        rows = conn.execute(query, (tenant_id,)).fetchall()
-        snapshot[table] = rows
+    with in_tenant(conn, tenant_id):
+        for table in TENANT_TABLES:
+            query = sql.SQL(
+                "select to_jsonb(t)::text from keel.{} as t where t.tenant_id = %s order by 1"
+            ).format(sql.Identifier(table))
+            snapshot[table] = conn.execute(query, (tenant_id,)).fetchall()
+    # An empty view would make every comparison pass: the tenant must be visible.
+    assert snapshot["tenants"], "the tenant's own rows are not visible to the suite"
     return snapshot
 
 

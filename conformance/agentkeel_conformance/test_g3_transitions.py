@@ -9,7 +9,7 @@ import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import IllegalTransition, InvalidArgument, StaleState, TaskNotClaimable
-from agentkeel_conformance.harness import race, tenant_snapshot
+from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G3")
 
@@ -84,16 +84,12 @@ def test_outbox_messages_commit_with_the_transition(keel, connect, tenant, new_t
             {"topic": "audit", "payload": [1, 2], "headers": {"traceparent": "x"}},
         ],
     )
-    rows = (
-        connect()
-        .execute(
+    with in_tenant(connect(), tenant) as conn:
+        rows = conn.execute(
             "select topic, message_key, payload, headers, event_seq, position, state"
-            " from keel.outbox"
-            " where tenant_id = %s order by position",
+            " from keel.outbox where tenant_id = %s order by position",
             (tenant,),
-        )
-        .fetchall()
-    )
+        ).fetchall()
     assert rows == [
         ("task.started", str(task.task_id), {"n": 1}, {}, 2, 1, "pending"),
         ("audit", None, [1, 2], {"traceparent": "x"}, 2, 2, "pending"),

@@ -8,7 +8,7 @@ import pytest
 from psycopg import sql
 
 from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
-from agentkeel_conformance.harness import tenant_snapshot
+from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G4")
 
@@ -43,8 +43,7 @@ def test_no_application_role_can_change_events(login_role, tenant, history, conn
 def test_the_owner_is_refused_too(connect, tenant, history, change):
     conn = connect()
     before = tenant_snapshot(conn, tenant)
-    with pytest.raises(psycopg.Error) as info, conn.transaction():
-        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+    with pytest.raises(psycopg.Error) as info, in_tenant(conn, tenant):
         conn.execute(CHANGES[change], (tenant,))
     assert info.value.sqlstate == "55K07"
     assert "append-only" in str(info.value)
@@ -60,7 +59,7 @@ def test_a_purge_may_delete_but_never_update(connect, tenant, history):
             "delete from keel.task_events where tenant_id = %s", (tenant,)
         ).rowcount
         assert deleted == 2
-    with pytest.raises(psycopg.Error) as info, conn.transaction():
+    with pytest.raises(psycopg.Error) as info, in_tenant(conn, tenant):
         conn.execute("set local keel.purge = on")
         conn.execute(CHANGES["update"], (tenant,))
     assert info.value.sqlstate == "55K07"

@@ -1,0 +1,36 @@
+"""Nothing needs a superuser: a database owner with CREATEROLE (what managed services give)
+installs agentkeel, passes `agentkeel check` and the conformance suite."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from agentkeel.embedded import EmbeddedPostgres
+from conftest import run_agentkeel
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_createrole_database_owner_installs_checks_and_passes_the_suite():
+    # A cluster of its own: the keel roles must not exist yet, as on a new managed instance.
+    with EmbeddedPostgres() as pg:
+        with psycopg.connect(pg.dsn, autocommit=True) as su:
+            su.execute("create role ak_owner login password 'pw' createrole")
+            su.execute("create database ak_app owner ak_owner")
+        dsn = conninfo.make_conninfo(pg.dsn, user="ak_owner", password="pw", dbname="ak_app")
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute(
+                "select rolsuper from pg_roles where rolname = current_user"
+            ).fetchone() == (False,)
+
+        up = run_agentkeel("migrate", "up", "--dsn", dsn)
+        assert up.returncode == 0, up.stderr
+        assert run_agentkeel("migrate", "up", "--dsn", dsn).stdout.strip().endswith("up to date")
+        check = run_agentkeel("check", "--dsn", dsn)
+        assert check.returncode == 0, check.stdout
+        suite = run_agentkeel("conformance", "--dsn", dsn, "-q", "-x")
+        assert suite.returncode == 0, suite.stdout[-4000:]
+        skips = [line for line in suite.stdout.splitlines() if " SKIPPED " in line]
+        assert all("embedded cluster only" in line for line in skips), skips
