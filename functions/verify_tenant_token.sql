@@ -10,6 +10,9 @@ declare
     v_parts text[] := string_to_array(p_token, '.');
     v_signature text;
 begin
+    if p_token is null or p_token = '' then
+        return null;
+    end if;
     if array_length(v_parts, 1) is distinct from 5
         or v_parts[1] <> 'v1'
         or v_parts[2] !~ '^[1-9][0-9]{0,8}$'
@@ -47,4 +50,4 @@ end;
 $$;
 
 comment on function keel.verify_tenant_token(text) is
-'Returns the tenant of a valid token; raises invalid_tenant_token (42K07) when it is malformed, expired, signed with an unknown or retired key, or altered. Tokens look like v1.<key version>.<tenant>.<expiry epoch>.<hmac-sha256 hex>.';
+'Returns the tenant of a valid token (null for no token); raises invalid_tenant_token (42K07) when it is malformed, expired, signed with an unknown or retired key, or altered. Tokens look like v1.<key version>.<tenant>.<expiry epoch>.<hmac-sha256 hex>.';

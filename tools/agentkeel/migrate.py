@@ -29,6 +29,10 @@ from psycopg import sql
 from agentkeel import __version__
 
 NO_TRANSACTION_MARKER = "-- agentkeel:no-transaction"
+# A repeatable file whose SQL binds other objects when it is created (a SQL-standard
+# function body) names them: "-- agentkeel:requires functions/other.sql". Files run in
+# name order otherwise.
+REQUIRES = re.compile(r"^--\s*agentkeel:requires\s+(\S+)\s*$", re.MULTILINE)
 VERSIONED_NAME = re.compile(r"^(?P<version>\d{4})_(?P<slug>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 REPEATABLE_NAME = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*\.sql$")
 # 'agentkel' in ASCII: the key of the session advisory lock migrators share.
@@ -166,13 +170,42 @@ def load_sources(root: Path) -> list[MigrationFile]:
         versioned.append(_read(path, "versioned", f"schema/{path.name}", version))
     repeatable: list[MigrationFile] = []
     for folder in ("functions", "policies"):
+        files = []
         for path in sorted((root / folder).glob("*.sql")):
             if not REPEATABLE_NAME.match(path.name):
                 raise SourceError(
                     f"{folder}/{path.name}: repeatable files are named lower_snake.sql"
                 )
-            repeatable.append(_read(path, "repeatable", f"{folder}/{path.name}", None))
+            files.append(_read(path, "repeatable", f"{folder}/{path.name}", None))
+        repeatable.extend(_dependency_order(files, {m.name for m in repeatable}))
     return sorted(versioned, key=lambda m: m.version or 0) + repeatable
+
+
+def _dependency_order(files: list[MigrationFile], earlier: set[str]) -> list[MigrationFile]:
+    """Name order, except that a file comes after the files it requires."""
+    by_name = {m.name: m for m in files}
+    ordered: list[MigrationFile] = []
+    placed: set[str] = set()
+    visiting: set[str] = set()
+
+    def place(mig: MigrationFile) -> None:
+        if mig.name in placed:
+            return
+        if mig.name in visiting:
+            raise SourceError(f"{mig.name}: agentkeel:requires forms a cycle")
+        visiting.add(mig.name)
+        for required in REQUIRES.findall(mig.sql):
+            if required in by_name:
+                place(by_name[required])
+            elif required not in earlier:
+                raise SourceError(f"{mig.name}: requires {required}, which is not an earlier file")
+        visiting.discard(mig.name)
+        placed.add(mig.name)
+        ordered.append(mig)
+
+    for mig in files:
+        place(mig)
+    return ordered
 
 
 def read_history(conn: psycopg.Connection) -> dict[str, AppliedMigration]:

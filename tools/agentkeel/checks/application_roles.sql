@@ -1,30 +1,40 @@
 -- agentkeel check: no application role is a superuser, bypasses RLS or owns a keel object;
 -- no login can use both a signed agent context and a trusted plain one (G1).
 with app_roles as (
-    select r.oid, r.rolname
+    select
+        r.oid,
+        r.rolname
     from pg_catalog.pg_roles as r
-    where r.rolname in ('keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor')
+    where
+        r.rolname in ('keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor')
         or exists (
             select 1
             from pg_catalog.pg_auth_members as m
             inner join pg_catalog.pg_roles as g on m.roleid = g.oid
-            where m.member = r.oid
+            where
+                m.member = r.oid
                 and g.rolname in ('keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor')
         )
 ),
 
 keel_objects as (
-    select c.oid::regclass::text as name, c.relowner as owner
+    select
+        c.oid::regclass::text as name,
+        c.relowner as owner
     from pg_catalog.pg_class as c
     inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
     where n.nspname = 'keel' and c.relkind in ('r', 'p', 'v', 'm', 'S', 'f')
     union all
-    select p.oid::regprocedure::text, p.proowner
+    select
+        p.oid::regprocedure::text,
+        p.proowner
     from pg_catalog.pg_proc as p
     inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
     where n.nspname = 'keel'
     union all
-    select n.nspname::text, n.nspowner
+    select
+        n.nspname::text,
+        n.nspowner
     from pg_catalog.pg_namespace as n
     where n.nspname = 'keel'
 )
@@ -57,7 +67,11 @@ select
     format('owned by %s, not keel_owner', pg_catalog.pg_get_userbyid(o.owner)),
     'Run `agentkeel migrate up` (policies/02_ownership.sql hands every object to keel_owner).'
 from keel_objects as o
-where o.owner is distinct from (select r.oid from pg_catalog.pg_roles as r where r.rolname = 'keel_owner')
+where
+    o.owner is distinct from (
+        select r.oid from pg_catalog.pg_roles as r
+        where r.rolname = 'keel_owner'
+    )
 
 union all
 
@@ -67,7 +81,8 @@ select
     'a member of keel_agent is also a member of a trusted role, so it can skip the signed token',
     format('Use separate logins for agents and server code: REVOKE keel_app, keel_worker FROM %I;', r.rolname)
 from pg_catalog.pg_roles as r
-where r.rolname not like 'keel\_%'
+where
+    r.rolname not like 'keel\_%'
     and pg_catalog.pg_has_role(r.oid, 'keel_agent', 'member')
     and not r.rolsuper
     and (

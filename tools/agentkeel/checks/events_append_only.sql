@@ -10,7 +10,8 @@ select
 from pg_catalog.pg_class as c
 cross join lateral pg_catalog.aclexplode(c.relacl) as acl
 left join pg_catalog.pg_roles as r on acl.grantee = r.oid
-where c.oid = to_regclass('keel.task_events')
+where
+    c.oid = to_regclass('keel.task_events')
     and acl.privilege_type in ('UPDATE', 'DELETE', 'TRUNCATE')
     and acl.grantee <> c.relowner
 
@@ -21,10 +22,12 @@ select
     'keel.task_events',
     'the append-only trigger is missing or disabled',
     'Run `agentkeel migrate up` (policies/05_append_only.sql), or ALTER TABLE keel.task_events ENABLE TRIGGER task_events_append_only;'
-where to_regclass('keel.task_events') is not null
+where
+    to_regclass('keel.task_events') is not null
     and not exists (
         select 1 from pg_catalog.pg_trigger as t
-        where t.tgrelid = to_regclass('keel.task_events')
+        where
+            t.tgrelid = to_regclass('keel.task_events')
             and t.tgname = 'task_events_append_only'
             and t.tgenabled in ('O', 'A')
     )

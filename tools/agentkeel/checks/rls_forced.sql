@@ -9,24 +9,26 @@ select
 from pg_catalog.pg_class as c
 inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
 inner join pg_catalog.pg_attribute as a
-    on a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped
-cross join lateral (
-    select 'row-level security is not enabled' as text
-    where not c.relrowsecurity
-    union all
-    select 'row-level security is not forced (the table owner bypasses it)'
-    where not c.relforcerowsecurity
-    union all
-    select 'no policy restricts it to tenant_id = keel.current_tenant() for every command'
-    where not exists (
-        select 1
-        from pg_catalog.pg_policy as p
-        where p.polrelid = c.oid
-            and p.polcmd = '*'
-            and p.polpermissive
-            and pg_catalog.pg_get_expr(p.polqual, p.polrelid) = '(tenant_id = keel.current_tenant())'
-            and pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) = '(tenant_id = keel.current_tenant())'
-    )
-) as problem
+    on c.oid = a.attrelid and a.attname = 'tenant_id' and not a.attisdropped
+cross join
+    lateral (
+        select 'row-level security is not enabled' as text
+        where not c.relrowsecurity
+        union all
+        select 'row-level security is not forced (the table owner bypasses it)'
+        where not c.relforcerowsecurity
+        union all
+        select 'no policy restricts it to tenant_id = keel.current_tenant() for every command'
+        where not exists (
+            select 1
+            from pg_catalog.pg_policy as p
+            where
+                p.polrelid = c.oid
+                and p.polcmd = '*'
+                and p.polpermissive
+                and pg_catalog.pg_get_expr(p.polqual, p.polrelid) = '(tenant_id = keel.current_tenant())'
+                and pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) = '(tenant_id = keel.current_tenant())'
+        )
+    ) as problem
 where n.nspname = 'keel' and c.relkind in ('r', 'p')
 order by 2, 3;

@@ -2,9 +2,12 @@
 -- them, carry statement_timeout and idle_in_transaction_session_timeout (G7). Role
 -- settings apply to the login role only, so members need their own.
 with acting as (
-    select r.oid, r.rolname
+    select
+        r.oid,
+        r.rolname
     from pg_catalog.pg_roles as r
-    where r.rolname in ('keel_agent', 'keel_worker')
+    where
+        r.rolname in ('keel_agent', 'keel_worker')
         or (
             r.rolcanlogin and not r.rolsuper
             and (
@@ -25,13 +28,18 @@ select
     format('ALTER ROLE %I SET %s = ''...'';  -- see README, Roles', a.rolname, q.setting) as remedy
 from acting as a
 cross join required as q
-where not exists (
-    select 1
-    from pg_catalog.pg_db_role_setting as s
-    cross join lateral unnest(s.setconfig) as c (config)
-    where s.setrole = a.oid
-        and s.setdatabase in (0, (select d.oid from pg_catalog.pg_database as d where d.datname = current_database()))
-        and split_part(c.config, '=', 1) = q.setting
-        and split_part(c.config, '=', 2) not in ('0', '')
-)
+where
+    not exists (
+        select 1
+        from pg_catalog.pg_db_role_setting as s
+        cross join lateral unnest(s.setconfig) as c (config)
+        where
+            s.setrole = a.oid
+            and s.setdatabase in (0, (
+                select d.oid from pg_catalog.pg_database as d
+                where d.datname = current_database()
+            ))
+            and split_part(c.config, '=', 1) = q.setting
+            and split_part(c.config, '=', 2) not in ('0', '')
+    )
 order by 2, 3;

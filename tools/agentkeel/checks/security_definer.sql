@@ -7,10 +7,12 @@ select
     format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp;', p.oid::regprocedure) as remedy
 from pg_catalog.pg_proc as p
 inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
-where n.nspname = 'keel'
+where
+    n.nspname = 'keel'
     and p.prosecdef
     and not exists (
-        select 1 from unnest(p.proconfig) as setting where setting like 'search\_path=%'
+        select 1 from unnest(p.proconfig) as setting
+        where setting like 'search\_path=%'
     )
 
 union all
@@ -33,7 +35,8 @@ select
     format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC;', p.oid::regprocedure)
 from pg_catalog.pg_proc as p
 inner join pg_catalog.pg_namespace as n on p.pronamespace = n.oid
-where n.nspname = 'keel'
+where
+    n.nspname = 'keel'
     and (
         p.proacl is null
         or exists (

@@ -2,11 +2,13 @@
 -- unique index and foreign key includes tenant_id; a foreign key to another tenant table
 -- pairs tenant_id with tenant_id (G1: a cross-tenant reference is impossible).
 with tenant_tables as (
-    select c.oid, a.attnum as tenant_attnum
+    select
+        c.oid,
+        a.attnum as tenant_attnum
     from pg_catalog.pg_class as c
     inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
     inner join pg_catalog.pg_attribute as a
-        on a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped
+        on c.oid = a.attrelid and a.attname = 'tenant_id' and not a.attisdropped
     where n.nspname = 'keel' and c.relkind in ('r', 'p')
 )
 
@@ -19,7 +21,7 @@ select
     end as problem,
     'Add tenant_id as the first column of the key.' as remedy
 from tenant_tables as t
-inner join pg_catalog.pg_constraint as k on k.conrelid = t.oid
+inner join pg_catalog.pg_constraint as k on t.oid = k.conrelid
 where k.contype in ('p', 'u') and not t.tenant_attnum = any(k.conkey)
 
 union all
@@ -30,10 +32,14 @@ select
     'the unique index does not include tenant_id',
     'Add tenant_id as the first column of the index.'
 from tenant_tables as t
-inner join pg_catalog.pg_index as i on i.indrelid = t.oid
-where i.indisunique
-    and not t.tenant_attnum = any(i.indkey::int2 [])
-    and not exists (select 1 from pg_catalog.pg_constraint as k where k.conindid = i.indexrelid)
+inner join pg_catalog.pg_index as i on t.oid = i.indrelid
+where
+    i.indisunique
+    and not t.tenant_attnum = any(i.indkey::int2[])
+    and not exists (
+        select 1 from pg_catalog.pg_constraint as k
+        where k.conindid = i.indexrelid
+    )
 
 union all
 
@@ -47,9 +53,10 @@ select
     end,
     'Make the foreign key composite: (tenant_id, ...) references the target''s (tenant_id, ...).'
 from tenant_tables as t
-inner join pg_catalog.pg_constraint as k on k.conrelid = t.oid and k.contype = 'f'
+inner join pg_catalog.pg_constraint as k on t.oid = k.conrelid and k.contype = 'f'
 left join tenant_tables as target on k.confrelid = target.oid
-where target.oid is not null
+where
+    target.oid is not null
     and (
         not t.tenant_attnum = any(k.conkey)
         or k.confkey[array_position(k.conkey, t.tenant_attnum)] is distinct from target.tenant_attnum

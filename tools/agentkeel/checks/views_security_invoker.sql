@@ -7,7 +7,8 @@ select
     format('ALTER VIEW %s SET (security_invoker = true);', c.oid::regclass) as remedy
 from pg_catalog.pg_class as c
 inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-where n.nspname = 'keel'
+where
+    n.nspname = 'keel'
     and c.relkind = 'v'
     and not coalesce(
         'security_invoker=true' = any(c.reloptions) or 'security_invoker=on' = any(c.reloptions),
