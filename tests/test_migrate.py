@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agentkeel.migrate import LOCK_KEY, load_sources, migrate_up
+from agentkeel.migrate import LOCK_KEY, SourceError, load_sources, migrate_up
 from agentkeel.sql_files import sql_root
 from conftest import AGENTKEEL, run_agentkeel
 
@@ -210,3 +210,34 @@ def test_checksums_ignore_line_endings(sql_tree: Path):
     before = {m.name: m.checksum for m in load_sources(sql_tree)}
     target.write_bytes(target.read_bytes().replace(b"\n", b"\r\n"))
     assert {m.name: m.checksum for m in load_sources(sql_tree)} == before
+
+
+def test_repeatable_files_run_after_the_files_they_require(sql_tree: Path):
+    (sql_tree / "functions" / "aaa_first_by_name.sql").write_text(
+        "-- agentkeel:requires functions/zzz_dependency.sql\nselect 1;\n"
+    )
+    (sql_tree / "functions" / "zzz_dependency.sql").write_text("select 2;\n")
+    names = [m.name for m in load_sources(sql_tree)]
+    assert names.index("functions/zzz_dependency.sql") < names.index(
+        "functions/aaa_first_by_name.sql"
+    )
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"a.sql": "-- agentkeel:requires functions/nope.sql\n"}, "not an earlier file"),
+        (
+            {
+                "a.sql": "-- agentkeel:requires functions/b.sql\n",
+                "b.sql": "-- agentkeel:requires functions/a.sql\n",
+            },
+            "cycle",
+        ),
+    ],
+)
+def test_broken_requirements_are_refused(sql_tree: Path, files, message):
+    for name, text in files.items():
+        (sql_tree / "functions" / name).write_text(text + "select 1;\n")
+    with pytest.raises(SourceError, match=message):
+        load_sources(sql_tree)
