@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -63,6 +64,20 @@ def keel_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
                 returncode=4,
             )
     yield dsn
+
+
+@pytest.fixture
+def artifacts(request: pytest.FixtureRequest) -> Callable[[str, str], Path]:
+    """Write a failure artifact; returns its path."""
+
+    def _write(name: str, text: str) -> Path:
+        folder = Path(request.config.getoption("--artifacts")).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        path.write_text(text)
+        return path
+
+    return _write
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentkeel_conformance.fixtures import (  # noqa: F401  (fixtures are registered by import)
+    artifacts,
     connect,
     keel,
     keel_dsn,
@@ -33,6 +34,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--dsn",
         default=None,
         help="Database under test (default $AGENTKEEL_DSN; else a throwaway embedded cluster).",
+    )
+    group.addoption(
+        "--artifacts",
+        default="agentkeel-artifacts",
+        help="Folder for failure artifacts (default ./agentkeel-artifacts).",
     )
     group.addoption(
         "--migrate",

@@ -1,0 +1,31 @@
+"""Deterministic interleavings (isolation-tester semantics): every permutation of every
+spec in specs/ must produce exactly its expected transcript in specs/expected/."""
+
+from __future__ import annotations
+
+import difflib
+
+import pytest
+
+from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.interleave import Runner, expected_output, load_specs
+
+SPECS = load_specs()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [pytest.param(s, id=s.name, marks=[pytest.mark.guarantee(*s.guarantees)]) for s in SPECS],
+)
+def test_interleaving(spec, keel_dsn, workflow, artifacts):
+    expected = expected_output(spec)
+    assert expected is not None, f"specs/expected/{spec.name}.out is missing"
+    actual = Runner(keel_dsn, workflow.name, CONNECTION_OPTIONS).run(spec)
+    if actual != expected:
+        artifact = artifacts(f"interleaving-{spec.name}.out", actual)
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), actual.splitlines(True), "expected", "actual"
+            )
+        )
+        pytest.fail(f"a permutation's outcome differs (transcript: {artifact}):\n{diff}")
