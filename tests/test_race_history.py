@@ -99,7 +99,7 @@ def test_the_checker_names_each_violation():
             "message": "m2",
         },
     ]
-    final = {"events": {"t1": [(1, 1), (3, 3)]}, "outbox": {"m1": 1}}
+    final = {"events": {"t1": [(1, 1), (3, 3)]}, "outbox": {"m1": 1}, "operations": {}}
     found = "\n".join(check(events, final).violations)
     assert "effect performed 2 times for idempotency key k1" in found
     assert "two valid leases at once" in found
@@ -107,6 +107,7 @@ def test_the_checker_names_each_violation():
     assert "two transitions produced the same version" in found
     assert "has gaps or repeats" in found
     assert "outbox message m2 committed but observed 0 times" in found
+    assert "committed transition to version 2 is missing" in found
 
 
 def test_ambiguous_outcomes_count_only_when_they_committed():
@@ -120,8 +121,8 @@ def test_ambiguous_outcomes_count_only_when_they_committed():
             "xact": "aborted",
         },
     ]
-    assert check(events, {"events": {}, "outbox": {"m": 1}}).violations == [
+    assert check(events, {"events": {}, "outbox": {"m": 1}, "operations": {}}).violations == [
         "outbox message m exists but its transaction did not commit"
     ]
     events[0]["xact"] = "committed"
-    assert check(events, {"events": {}, "outbox": {"m": 1}}).ok
+    assert check(events, {"events": {}, "outbox": {"m": 1}, "operations": {}}).ok

@@ -13,9 +13,10 @@ import pytest
 from psycopg import conninfo, sql
 
 from agentkeel.client import Keel, Task
+from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
-from agentkeel.target import embedded_database
+from agentkeel.target import embedded_cluster
 
 TENANT_PREFIX = "agentkeel-conformance-"
 WORKFLOW_PREFIX = "akc-"
@@ -46,13 +47,26 @@ class Workflow:
 
 
 @pytest.fixture(scope="session")
-def keel_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The database under test: --dsn / $AGENTKEEL_DSN, else an embedded throwaway cluster."""
-    dsn = request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
-    if not dsn:
-        with embedded_database() as embedded_dsn:
-            yield embedded_dsn
+def keel_cluster(request: pytest.FixtureRequest) -> Iterator[EmbeddedPostgres | None]:
+    """The embedded cluster when the suite made one (the crash tier stops and restarts it);
+    None when testing a database given with --dsn."""
+    if request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN"):
+        yield None
         return
+    with embedded_cluster() as pg:
+        yield pg
+
+
+@pytest.fixture(scope="session")
+def keel_dsn(
+    request: pytest.FixtureRequest, keel_cluster: EmbeddedPostgres | None
+) -> Iterator[str]:
+    """The database under test: --dsn / $AGENTKEEL_DSN, else an embedded throwaway cluster."""
+    if keel_cluster is not None:
+        yield keel_cluster.dsn
+        return
+    dsn = request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
+    assert dsn is not None
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         if request.config.getoption("--migrate"):
             migrate_up(conn, sql_root())

@@ -62,7 +62,7 @@ def committed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def check(events: list[dict[str, Any]], final: dict[str, Any]) -> Verdict:
     """final: the database after the run: {"events": {task: [(seq, version)]},
-    "outbox": {message key: count}}."""
+    "outbox": {message key: count}, "operations": {idempotency key: state}}."""
     verdict = Verdict()
     done = committed(events)
     verdict.counts = {
@@ -142,7 +142,24 @@ def check(events: list[dict[str, Any]], final: dict[str, Any]) -> Verdict:
                 f"task {task}: state versions {[v for _, v in rows]} are not contiguous"
             )
 
-    # 5. Every committed outbox message exists exactly once; none from an aborted call.
+    # 5. Nothing committed was lost: every acknowledged transition and completion is there.
+    for e in done:
+        present = {v for _, v in final["events"].get(e.get("task", ""), [])}
+        if e["op"] == "transition" and "version" in e and e["version"] not in present:
+            verdict.violations.append(
+                f"task {e['task']}: committed transition to version {e['version']} is missing"
+            )
+        if (
+            e["op"] == "complete"
+            and "key" in e
+            and final["operations"].get(e["key"]) != "succeeded"
+        ):
+            verdict.violations.append(
+                f"operation {e['key']}: committed completion is missing "
+                f"(state {final['operations'].get(e['key'])})"
+            )
+
+    # 6. Every committed outbox message exists exactly once; none from an aborted call.
     expected = {e["message"] for e in done if e["op"] == "transition" and e.get("message")}
     aborted = {
         e["message"]

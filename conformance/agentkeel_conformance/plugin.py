@@ -14,6 +14,7 @@ from agentkeel_conformance.fixtures import (  # noqa: F401  (fixtures are regist
     artifacts,
     connect,
     keel,
+    keel_cluster,
     keel_dsn,
     login_role,
     make_tenant,
@@ -50,6 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "guarantee(id): the guarantee (G1-G12) the test proves")
+    config.addinivalue_line(
+        "markers", "chaos: kills processes, backends or the server (deselect with -m 'not chaos')"
+    )
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
         config.pluginmanager.register(GuaranteeReport(), "agentkeel-guarantee-report")
 

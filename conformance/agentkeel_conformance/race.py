@@ -15,6 +15,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -148,7 +149,7 @@ def _work_once(
         )
         if op is None:
             return
-        record(type="ok", op="complete", task=tid, token=token, at=op.updated_at)
+        record(type="ok", op="complete", task=tid, token=token, at=op.updated_at, key=key)
     version = task.state_version
     for to_state in ("running", "done")[(0 if task.state == "queued" else 1) :]:
         message = f"{tid}:{version + 1}"
@@ -196,8 +197,11 @@ def _chaos(config: RaceConfig, stop: threading.Event) -> None:
             )
 
 
-def run_race(config: RaceConfig, out_dir: Path) -> tuple[Verdict, list[dict[str, Any]]]:
-    """Create the tasks, race the workers, resolve ambiguous outcomes, check the history."""
+def run_race(
+    config: RaceConfig, out_dir: Path, during: Callable[[], None] | None = None
+) -> tuple[Verdict, list[dict[str, Any]]]:
+    """Create the tasks, race the workers (running `during` alongside, e.g. a server crash),
+    resolve ambiguous outcomes, check the history."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with psycopg.connect(config.dsn, autocommit=True, options=config.options) as conn:
         keel = Keel(conn)
@@ -217,6 +221,8 @@ def run_race(config: RaceConfig, out_dir: Path) -> tuple[Verdict, list[dict[str,
         p.start()
     if config.chaos:
         chaos.start()
+    if during is not None:
+        during()
     for p in procs:
         p.join(config.seconds + 60)
     stop.set()
@@ -247,7 +253,11 @@ def _final_state(config: RaceConfig, events: list[dict[str, Any]]) -> dict[str, 
                 " where tenant_id = %s group by 1",
                 (config.tenant,),
             ).fetchall()
+            operations = conn.execute(
+                "select idempotency_key, state from keel.operations where tenant_id = %s",
+                (config.tenant,),
+            ).fetchall()
     by_task: dict[str, list[tuple[int, int]]] = {}
     for task, seq, version in rows:
         by_task.setdefault(task, []).append((seq, version))
-    return {"events": by_task, "outbox": dict(outbox)}
+    return {"events": by_task, "outbox": dict(outbox), "operations": dict(operations)}

@@ -37,12 +37,19 @@ def cleanup_on_sigterm() -> Iterator[None]:
 
 
 @contextmanager
-def embedded_database(*, migrated: bool = True) -> Iterator[str]:
+def embedded_cluster(*, migrated: bool = True) -> Iterator[EmbeddedPostgres]:
     """A throwaway cluster with the agentkeel schema applied; removed on exit, Ctrl-C or SIGTERM."""
     with cleanup_on_sigterm(), EmbeddedPostgres() as pg:
         if migrated:
             with connect(pg.dsn, autocommit=True) as conn:
                 migrate_up(conn, sql_root())
+        yield pg
+
+
+@contextmanager
+def embedded_database(*, migrated: bool = True) -> Iterator[str]:
+    """The DSN of embedded_cluster()."""
+    with embedded_cluster(migrated=migrated) as pg:
         yield pg.dsn
 
 

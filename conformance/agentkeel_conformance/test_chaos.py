@@ -1,0 +1,124 @@
+"""The crash tier (marker chaos): killed workers, terminated backends, an immediate server
+shutdown under load. Nothing committed is lost, nothing aborted is visible, stale tokens
+stay refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from agentkeel.client import Keel
+from agentkeel.errors import LeaseLost
+from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.harness import tenant_snapshot
+from agentkeel_conformance.race import RaceConfig, run_race
+
+pytestmark = pytest.mark.chaos
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time, uuid, datetime, psycopg
+    from agentkeel.client import Keel
+    dsn, tenant, task = sys.argv[1], uuid.UUID(sys.argv[2]), uuid.UUID(sys.argv[3])
+    keel = Keel(psycopg.connect(dsn, autocommit=True))
+    lease = keel.claim_lease(tenant, task, "doomed", datetime.timedelta(milliseconds=500))
+    print(lease.fencing_token, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.guarantee("G5")
+def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
+    keel_dsn, keel, tenant, new_task, connect
+):
+    task = new_task()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, keel_dsn, str(tenant), str(task.task_id)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        token = int(holder.stdout.readline())
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    time.sleep(0.6)
+    taken = keel.claim_next_task("survivor", timedelta(minutes=1), task.workflow)
+    assert taken is not None and taken.task_id == task.task_id
+    assert taken.fencing_token == token + 1
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(LeaseLost):
+        keel.transition_task(tenant, task.task_id, 1, "running", fencing_token=token)
+    assert tenant_snapshot(connect(), tenant) == before
+
+
+@pytest.mark.guarantee("G3", "G6")
+def test_a_backend_terminated_mid_transition_leaves_nothing(keel_dsn, tenant, new_task, connect):
+    task = new_task()
+    before = tenant_snapshot(connect(), tenant)
+    victim = psycopg.connect(keel_dsn, options=CONNECTION_OPTIONS)
+    pid = victim.info.backend_pid
+
+    def doomed() -> None:
+        try:
+            with victim.transaction():  # one transaction: the transition, then a long wait
+                Keel(victim).transition_task(
+                    tenant, task.task_id, 1, "running", outbox=[{"topic": "never"}]
+                )
+                victim.execute("select pg_sleep(20)")
+        except psycopg.Error:
+            pass
+
+    thread = threading.Thread(target=doomed)
+    thread.start()
+    control = connect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        row = control.execute(
+            "select state from pg_stat_activity where pid = %s and query like '%%pg_sleep%%'",
+            (pid,),
+        ).fetchone()
+        if row:
+            break
+        time.sleep(0.02)
+    control.execute("select pg_terminate_backend(%s)", (pid,))
+    thread.join(20)
+    assert tenant_snapshot(control, tenant) == before
+
+
+@pytest.mark.guarantee("G2", "G3", "G6")
+def test_an_immediate_shutdown_under_load_loses_nothing_committed(
+    keel_cluster, keel_dsn, workflow, tenant, tmp_path, artifacts
+):
+    if keel_cluster is None:
+        pytest.skip("stops and restarts the server: embedded cluster only")
+
+    def crash() -> None:
+        time.sleep(1.2)
+        keel_cluster.stop("immediate")
+        time.sleep(0.3)
+        keel_cluster.restart()
+
+    config = RaceConfig(
+        keel_dsn, workflow.name, tenant, seconds=4, chaos=False, options=CONNECTION_OPTIONS
+    )
+    verdict, events = run_race(config, tmp_path, during=crash)
+    if not verdict.ok:
+        path = artifacts(
+            "crash-history.jsonl", "".join(json.dumps(e, default=str) + "\n" for e in events)
+        )
+        pytest.fail(f"after the crash ({path}):\n" + "\n".join(verdict.violations[:20]))
+    assert verdict.counts["ambiguous"] > 0, verdict.counts  # the crash cut calls short
