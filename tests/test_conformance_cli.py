@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 from conftest import REPO, run_agentkeel
 
@@ -190,3 +191,45 @@ def test_readme_commands_are_the_ones_ci_runs():
     for command in commands:
         assert command in ci, f"README command not run by .ci/run: {command}"
     assert Path(REPO / ".ci" / "run").exists()
+
+
+def test_read_only_runs_only_the_catalog_checks_and_writes_nothing(migrated_db):
+    before = row_counts(migrated_db)
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "--read-only", "-q")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert re.search(r"7 passed, \d+ deselected", result.stdout), result.stdout[-500:]
+    assert row_counts(migrated_db) == before
+
+
+def test_an_application_login_needs_an_owner_dsn_for_cleanup(migrated_db):
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("create role ak_app_only login password 'pw' in role keel_app")
+    try:
+        app_dsn = conninfo.make_conninfo(migrated_db, user="ak_app_only", password="pw")
+        alone = run_agentkeel("conformance", "--dsn", app_dsn, "-q", "-k", "g3")
+        assert alone.returncode == 0, alone.stdout[-2000:]
+        assert "needs a member of keel_owner" in alone.stdout
+        assert re.search(r"\d+ skipped", alone.stdout)
+        with_owner = run_agentkeel(
+            "conformance", "--dsn", app_dsn, "--owner-dsn", migrated_db, "-q", "-k", "g3"
+        )
+        assert with_owner.returncode == 0, with_owner.stdout[-2000:]
+        assert verdicts(with_owner.stdout)["G3"] == "passed"
+        assert row_counts(migrated_db)["tenants"] == 0
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute("drop role ak_app_only")
+
+
+def test_testcontainers_without_docker_skips_with_the_reason():
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception:
+        pass
+    else:
+        pytest.skip("a Docker daemon answers here: the skip path cannot be shown")
+    result = run_agentkeel("conformance", "--testcontainers", "-q", "-k", "contiguous")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "no Docker daemon answers" in result.stdout

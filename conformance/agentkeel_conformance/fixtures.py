@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,29 +47,61 @@ class Workflow:
     initial_state: str = "queued"
 
 
+def _given_dsn(config: pytest.Config) -> str | None:
+    return config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
+
+
 @pytest.fixture(scope="session")
 def keel_cluster(request: pytest.FixtureRequest) -> Iterator[EmbeddedPostgres | None]:
     """The embedded cluster when the suite made one (the crash tier stops and restarts it);
-    None when testing a database given with --dsn."""
-    if request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN"):
+    None when testing a database given with --dsn or --testcontainers."""
+    if _given_dsn(request.config) or request.config.getoption("--testcontainers"):
         yield None
         return
     with embedded_cluster() as pg:
         yield pg
 
 
+@contextmanager
+def testcontainers_database(image: str) -> Iterator[str]:
+    """A migrated PostgreSQL in Docker; every test skips, with the reason, without Docker."""
+    try:
+        import docker
+        from testcontainers.postgres import PostgresContainer
+    except ImportError:
+        pytest.skip("--testcontainers needs: pip install 'agentkeel[testcontainers]'")
+    try:
+        docker.from_env().ping()
+    except Exception as err:
+        pytest.skip(
+            f"--testcontainers: no Docker daemon answers ({type(err).__name__}); "
+            "without the option the suite uses an embedded cluster"
+        )
+    with PostgresContainer(image, driver=None) as container:
+        dsn = container.get_connection_url()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate_up(conn, sql_root())
+        yield dsn
+
+
 @pytest.fixture(scope="session")
 def keel_dsn(
     request: pytest.FixtureRequest, keel_cluster: EmbeddedPostgres | None
 ) -> Iterator[str]:
-    """The database under test: --dsn / $AGENTKEEL_DSN, else an embedded throwaway cluster."""
+    """The database under test: --dsn / $AGENTKEEL_DSN, --testcontainers, else an embedded
+    throwaway cluster."""
     if keel_cluster is not None:
         yield keel_cluster.dsn
         return
-    dsn = request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
+    image = request.config.getoption("--testcontainers")
+    if image:
+        with testcontainers_database(image) as dsn:
+            yield dsn
+        return
+    dsn = _given_dsn(request.config)
     assert dsn is not None
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        if request.config.getoption("--migrate"):
+        if request.config.getoption("--migrate") and not request.config.getoption("--read-only"):
             migrate_up(conn, sql_root())
         row = conn.execute("select to_regproc('keel.transition_task') is not null").fetchone()
         if not row or not row[0]:
@@ -78,6 +111,23 @@ def keel_dsn(
                 returncode=4,
             )
     yield dsn
+
+
+@pytest.fixture(scope="session")
+def owner_dsn(request: pytest.FixtureRequest, keel_dsn: str) -> str:
+    """A member of keel_owner: removes what the suite made, runs the owner-only tests.
+    Tests that need it are skipped, with the reason, when the role lacks the rights."""
+    dsn = (
+        request.config.getoption("--owner-dsn") or os.environ.get("AGENTKEEL_OWNER_DSN") or keel_dsn
+    )
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("select pg_has_role('keel_owner', 'member')").fetchone()
+    if not row or not row[0]:
+        pytest.skip(
+            "needs a member of keel_owner to remove its test tenants afterwards: "
+            "pass --owner-dsn (or $AGENTKEEL_OWNER_DSN)"
+        )
+    return dsn
 
 
 @pytest.fixture
@@ -95,14 +145,16 @@ def artifacts(request: pytest.FixtureRequest) -> Callable[[str, str], Path]:
 
 
 @pytest.fixture
-def connect(keel_dsn: str) -> Iterator[Connect]:
-    """Open extra connections (closed after the test); keyword arguments go to psycopg.connect."""
+def connect(keel_dsn: str, request: pytest.FixtureRequest) -> Iterator[Connect]:
+    """Open extra connections (closed after the test): as the --dsn role, or with
+    owner=True as the owner; other keyword arguments go to psycopg.connect."""
     opened: list[psycopg.Connection] = []
 
-    def _connect(**kwargs: object) -> psycopg.Connection:
+    def _connect(*, owner: bool = False, **kwargs: object) -> psycopg.Connection:
         kwargs.setdefault("autocommit", True)
+        dsn = request.getfixturevalue("owner_dsn") if owner else keel_dsn
         conn = psycopg.connect(
-            keel_dsn, options=CONNECTION_OPTIONS, application_name="agentkeel-conformance", **kwargs
+            dsn, options=CONNECTION_OPTIONS, application_name="agentkeel-conformance", **kwargs
         )
         opened.append(conn)
         return conn
@@ -119,18 +171,18 @@ def keel(connect: Connect) -> Keel:
 
 
 @pytest.fixture(scope="session")
-def workflow(keel_dsn: str) -> Iterator[Workflow]:
+def workflow(keel_dsn: str, owner_dsn: str) -> Iterator[Workflow]:
     """A workflow version private to this test session, removed at the end."""
     wf = Workflow(f"{WORKFLOW_PREFIX}{uuid.uuid4().hex[:12]}", 1)
     with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, EDGES)
     yield wf
-    with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         conn.execute("delete from keel.workflows where workflow = %s", (wf.name,))
 
 
 @pytest.fixture
-def make_tenant(keel_dsn: str) -> Iterator[Callable[[], uuid.UUID]]:
+def make_tenant(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[], uuid.UUID]]:
     """Create fresh tenants; deleting them afterwards removes everything the test wrote."""
     made: list[uuid.UUID] = []
 
@@ -142,7 +194,7 @@ def make_tenant(keel_dsn: str) -> Iterator[Callable[[], uuid.UUID]]:
         return tenant_id
 
     yield _make_tenant
-    with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         for tenant_id in made:
             delete_tenant(conn, tenant_id)
 
@@ -197,7 +249,7 @@ class LoginRole:
 
 
 @pytest.fixture(scope="session")
-def login_role(keel_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
+def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
     """Temporary LOGIN roles that are members of one keel role, dropped at the end.
 
     Attacks must come from a real login: a superuser session that SET ROLEs could simply
@@ -209,7 +261,7 @@ def login_role(keel_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
             return made[keel_role]
         name = f"{LOGIN_PREFIX}{keel_role.removeprefix('keel_')}_{uuid.uuid4().hex[:10]}"
         password = uuid.uuid4().hex
-        with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
             try:
                 conn.execute(
                     sql.SQL("create role {} login password {} in role {}").format(
@@ -219,7 +271,7 @@ def login_role(keel_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
             except psycopg.errors.InsufficientPrivilege:
                 pytest.skip(
                     f"needs a login role that is a member of {keel_role}: the --dsn role may "
-                    "not create roles (grant it CREATEROLE, or run as the database owner)"
+                    "not create roles (give --owner-dsn a role with CREATEROLE)"
                 )
             for setting, value in ROLE_DEFAULTS.get(keel_role, {}).items():
                 conn.execute(
@@ -234,7 +286,7 @@ def login_role(keel_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
         return role
 
     yield _login_role
-    with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         for role in made.values():
             conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role.name)))
 

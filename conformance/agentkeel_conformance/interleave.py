@@ -202,10 +202,13 @@ class _Running:
 class Runner:
     """Runs a spec's permutations against a database; fresh tenant and task per permutation."""
 
-    def __init__(self, dsn: str, workflow: str, options: str = "") -> None:
+    def __init__(
+        self, dsn: str, workflow: str, options: str = "", owner_dsn: str | None = None
+    ) -> None:
         self.dsn = dsn
         self.workflow = workflow
         self.options = options
+        self.owner_dsn = owner_dsn or dsn
 
     def _connect(self) -> psycopg.Connection:
         return psycopg.connect(self.dsn, autocommit=True, options=self.options)
@@ -271,8 +274,9 @@ class Runner:
                 w.thread.join(5)
             for c in conns.values():
                 c.close()
-            self._cleanup(control, values["tenant"])
             control.close()
+            with psycopg.connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
+                self._cleanup(owner, values["tenant"])
 
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:
         """Wait until the step completes (True) or is blocked by another session (False)."""

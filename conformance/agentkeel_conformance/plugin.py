@@ -19,6 +19,7 @@ from agentkeel_conformance.fixtures import (  # noqa: F401  (fixtures are regist
     login_role,
     make_tenant,
     new_task,
+    owner_dsn,
     tenant,
     throwaway_database,
     workflow,
@@ -35,6 +36,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--dsn",
         default=None,
         help="Database under test (default $AGENTKEEL_DSN; else a throwaway embedded cluster).",
+    )
+    group.addoption(
+        "--owner-dsn",
+        default=None,
+        help="A member of keel_owner, to remove the suite's tenants and workflows and to run the "
+        "owner-only tests (default $AGENTKEEL_OWNER_DSN, else --dsn).",
+    )
+    group.addoption(
+        "--read-only",
+        action="store_true",
+        default=False,
+        help="Run only the catalog checks: nothing is written to the database.",
+    )
+    group.addoption(
+        "--testcontainers",
+        nargs="?",
+        const="postgres:16-alpine",
+        default=None,
+        metavar="IMAGE",
+        help="Test a PostgreSQL started in Docker (default image postgres:16-alpine).",
     )
     group.addoption(
         "--artifacts",
@@ -54,11 +75,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "chaos: kills processes, backends or the server (deselect with -m 'not chaos')"
     )
+    config.addinivalue_line("markers", "read_only: writes nothing; what --read-only runs")
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
         config.pluginmanager.register(GuaranteeReport(), "agentkeel-guarantee-report")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--read-only"):
+        kept = [item for item in items if item.get_closest_marker("read_only")]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
     for item in items:
         for mark in item.iter_markers("guarantee"):
             for gid in mark.args:

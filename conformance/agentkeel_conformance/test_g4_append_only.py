@@ -41,7 +41,7 @@ def test_no_application_role_can_change_events(login_role, tenant, history, conn
 
 @pytest.mark.parametrize("change", ["update", "delete"])
 def test_the_owner_is_refused_too(connect, tenant, history, change):
-    conn = connect()
+    conn = connect(owner=True)
     before = tenant_snapshot(conn, tenant)
     with pytest.raises(psycopg.Error) as info, in_tenant(conn, tenant):
         conn.execute(CHANGES[change], (tenant,))
@@ -51,7 +51,7 @@ def test_the_owner_is_refused_too(connect, tenant, history, change):
 
 
 def test_a_purge_may_delete_but_never_update(connect, tenant, history):
-    conn = connect()
+    conn = connect(owner=True)
     with conn.transaction(force_rollback=True):
         conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
         conn.execute("set local keel.purge = on")

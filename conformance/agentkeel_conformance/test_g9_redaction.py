@@ -78,7 +78,7 @@ def test_an_oversize_payload_is_refused(keel, connect, tenant, new_task):
 def test_the_size_limit_is_a_setting(keel, connect, tenant, new_task, throwaway_database):
     if not throwaway_database:
         pytest.skip("changing keel.settings affects every tenant: embedded cluster only")
-    conn = connect()
+    conn = connect(owner=True)
     conn.execute("update keel.settings set value = '100' where setting = 'max_event_payload_bytes'")
     try:
         task = new_task()

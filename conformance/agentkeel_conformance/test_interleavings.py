@@ -17,10 +17,10 @@ SPECS = load_specs()
     "spec",
     [pytest.param(s, id=s.name, marks=[pytest.mark.guarantee(*s.guarantees)]) for s in SPECS],
 )
-def test_interleaving(spec, keel_dsn, workflow, artifacts):
+def test_interleaving(spec, keel_dsn, owner_dsn, workflow, artifacts):
     expected = expected_output(spec)
     assert expected is not None, f"specs/expected/{spec.name}.out is missing"
-    actual = Runner(keel_dsn, workflow.name, CONNECTION_OPTIONS).run(spec)
+    actual = Runner(keel_dsn, workflow.name, CONNECTION_OPTIONS, owner_dsn).run(spec)
     if actual != expected:
         artifact = artifacts(f"interleaving-{spec.name}.out", actual)
         diff = "".join(

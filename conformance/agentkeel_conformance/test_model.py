@@ -67,7 +67,7 @@ class Model:
     operations: dict[str, ModelOperation] = field(default_factory=dict)
 
 
-def machine(dsn: str, workflow: str) -> type[RuleBasedStateMachine]:
+def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachine]:
     class TaskLifecycle(RuleBasedStateMachine):
         tasks = Bundle("tasks")
 
@@ -80,8 +80,9 @@ def machine(dsn: str, workflow: str) -> type[RuleBasedStateMachine]:
             self.model = Model()
 
         def teardown(self) -> None:
-            delete_tenant(self.conn, self.tenant)
             self.conn.close()
+            with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as owner:
+                delete_tenant(owner, self.tenant)
 
         def expect(self, error: type[KeelError] | None, call) -> object:  # type: ignore[no-untyped-def]
             if error is None:
@@ -224,9 +225,9 @@ def machine(dsn: str, workflow: str) -> type[RuleBasedStateMachine]:
     return TaskLifecycle
 
 
-def test_the_lifecycle_matches_the_model(keel_dsn, workflow):
+def test_the_lifecycle_matches_the_model(keel_dsn, owner_dsn, workflow):
     run_state_machine_as_test(
-        machine(keel_dsn, workflow.name),
+        machine(keel_dsn, owner_dsn, workflow.name),
         settings=settings(
             max_examples=30,
             stateful_step_count=25,

@@ -32,18 +32,26 @@ def rule_files() -> list[Path]:
     return sorted(CHECKS_DIR.glob("*.sql"))
 
 
+def _findings(conn: psycopg.Connection, path: Path) -> list[Finding]:
+    rows = conn.execute(path.read_text(encoding="utf-8").encode()).fetchall()
+    return [Finding(*(str(v) for v in r)) for r in rows]
+
+
+def run_rule(conn: psycopg.Connection, path: Path) -> list[Finding]:
+    """One rule's findings, in a read-only transaction of its own."""
+    with conn.transaction():
+        conn.execute("set transaction read only")
+        return _findings(conn, path)
+
+
 def run_checks(conn: psycopg.Connection) -> dict[str, list[Finding]]:
     """Every rule's findings (empty lists for rules that pass), in one read-only transaction."""
-    results: dict[str, list[Finding]] = {}
     with conn.transaction():
         conn.execute("set transaction read only")
         row = conn.execute("select to_regnamespace('keel') is not null").fetchone()
         if not row or not row[0]:
             raise SchemaMissing("the database has no keel schema: run `agentkeel migrate up` first")
-        for path in rule_files():
-            rows = conn.execute(path.read_text(encoding="utf-8").encode()).fetchall()
-            results[path.stem] = [Finding(*(str(v) for v in r)) for r in rows]
-    return results
+        return {path.stem: _findings(conn, path) for path in rule_files()}
 
 
 def to_json(results: dict[str, list[Finding]]) -> str:
