@@ -20,15 +20,7 @@ begin
     perform keel.check_lease_request(p_owner, p_lease);
     v_expires := v_now + p_lease;
 
-    select t.* into v_task
-    from keel.tasks as t
-    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
-    for update;
-    if not found then
-        raise exception using
-            errcode = '42K04',
-            message = format('task %s not found', p_task_id);
-    end if;
+    v_task := keel.lock_task(p_tenant_id, p_task_id);
     if v_task.wake_at is null then
         raise exception using
             errcode = '55K06',

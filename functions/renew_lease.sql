@@ -17,15 +17,7 @@ declare
     v_task keel.tasks;
 begin
     perform keel.require_tenant(p_tenant_id);
-    select t.* into v_task
-    from keel.tasks as t
-    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
-    for update;
-    if not found then
-        raise exception using
-            errcode = '42K04',
-            message = format('task %s not found', p_task_id);
-    end if;
+    v_task := keel.lock_task(p_tenant_id, p_task_id);
     perform keel.assert_lease(v_task, p_fencing_token, v_now);
     perform keel.check_lease_request(v_task.lease_owner, p_lease);
     v_expires := v_now + p_lease;

@@ -62,15 +62,7 @@ begin
             detail = 'Optional members: "key" (string), "payload" (any json), "headers" (object).';
     end if;
 
-    select t.* into v_task
-    from keel.tasks as t
-    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
-    for update;
-    if not found then
-        raise exception using
-            errcode = '42K04',
-            message = format('task %s not found', p_task_id);
-    end if;
+    v_task := keel.lock_task(p_tenant_id, p_task_id);
 
     -- Fencing: a leased task is written only by its lease holder; an unleased
     -- task only by a caller that presents no token.
@@ -116,7 +108,8 @@ begin
     v_from_state := v_task.state;
     v_next_version := v_task.state_version + 1;
     v_seq := v_task.last_event_seq + 1;
-    v_keep_lease := p_fencing_token is not null and not v_terminal and not p_release_lease;
+    v_keep_lease := p_fencing_token is not null and not v_terminal
+        and not coalesce(p_release_lease, false);
     v_wake_at := case
         when v_terminal then null
         when v_keep_lease then v_task.lease_expires_at
