@@ -19,6 +19,7 @@ from rich.table import Table
 
 from agentkeel import __version__
 from agentkeel.check import SchemaMissing, run_checks, to_json, to_junit
+from agentkeel.distribute import citus_installed, read_layout, script, statements
 from agentkeel.embedded import EmbeddedError, PostgresNotFound
 from agentkeel.migrate import (
     MigrationError,
@@ -281,6 +282,33 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
         )
     if findings:
         sys.exit(EXIT_FINDINGS)
+
+
+# -- distribute ------------------------------------------------------------------
+
+
+@main.command()
+@dsn_option
+@click.option(
+    "--apply", "apply_", is_flag=True, help="Run the script (needs Citus); default: print it."
+)
+def distribute(dsn: str | None, apply_: bool) -> None:
+    """Print (or run) the Citus distribution step for the current schema."""
+    with handled(), database(dsn) as target, connect(target, autocommit=True) as conn:
+        text = script(read_layout(conn))
+        if not apply_:
+            click.echo(text, nl=False)
+            return
+        if not citus_installed(conn):
+            fail(
+                "the citus extension is not installed in this database: create extension citus "
+                "on every node first (the script was not run)",
+                EXIT_DATABASE,
+            )
+        for stmt in statements(text):
+            out.print(stmt)
+            conn.execute(stmt.encode())
+    out.print("distributed")
 
 
 # -- conformance --------------------------------------------------------------
