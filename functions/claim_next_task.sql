@@ -1,4 +1,5 @@
 -- Leases with fencing (G5): claim the next due task of any tenant.
+-- agentkeel:allow citus.tenant_filter (the one cross-tenant scan, replaced on Citus)
 -- The one cross-tenant claim. It scans for candidates without locks, then claims one
 -- inside its tenant with FOR UPDATE SKIP LOCKED: the same shape a distributed
 -- deployment needs, so callers never change.

@@ -21,6 +21,8 @@ from agentkeel import __version__
 from agentkeel.check import SchemaMissing, run_checks, to_json, to_junit
 from agentkeel.distribute import citus_installed, read_layout, script, statements
 from agentkeel.embedded import EmbeddedError, PostgresNotFound
+from agentkeel.lint import lint as run_lint
+from agentkeel.lint import to_json as lint_json
 from agentkeel.migrate import (
     MigrationError,
     State,
@@ -280,6 +282,40 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
             if findings
             else f"all {len(results)} rules pass: {', '.join(sorted(results))}"
         )
+    if findings:
+        sys.exit(EXIT_FINDINGS)
+
+
+# -- lint -------------------------------------------------------------------------
+
+
+@main.command("lint")
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["human", "json", "github"]),
+    default="human",
+    show_default=True,
+    help="github: workflow annotations.",
+)
+@click.option("--no-citus", is_flag=True, help="Skip the citus rule family.")
+@click.option("--static-only", is_flag=True, help="Skip sqlfluff and squawk.")
+def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only: bool) -> None:
+    """Lint SQL files (default: the schema/, functions/ and policies/ agentkeel ships)."""
+    root = Path.cwd().resolve() if paths else sql_root().resolve()
+    targets = [p.resolve() for p in paths] or [
+        root / folder for folder in ("schema", "functions", "policies") if (root / folder).is_dir()
+    ]
+    with handled():
+        findings = run_lint(targets, root, citus=not no_citus, tools=not static_only)
+    if fmt == "json":
+        click.echo(lint_json(findings))
+    else:
+        for f in findings:
+            click.echo(f.github() if fmt == "github" else f.human())
+        if fmt == "human":
+            err.print(f"{len(findings)} finding(s)" if findings else "no findings")
     if findings:
         sys.exit(EXIT_FINDINGS)
 

@@ -1,0 +1,276 @@
+"""`agentkeel lint`: each rule has a passing and a failing fixture, the shipped SQL is clean,
+and the acceptance scenario (FORCE dropped, an id-only foreign key, an edited released
+migration) is reported with file and line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentkeel.lint import lint
+from conftest import REPO, run_agentkeel
+
+BASE = {
+    "schema/0001_base.sql": """
+create table keel.tenants (
+    tenant_id uuid not null,
+    constraint tenants_pkey primary key (tenant_id)
+);
+create table keel.things (
+    tenant_id uuid not null,
+    thing_id uuid not null,
+    note text,
+    constraint things_pkey primary key (tenant_id, thing_id),
+    constraint things_tenant_fkey foreign key (tenant_id)
+    references keel.tenants (tenant_id) on delete cascade
+);
+create table keel.kinds (
+    kind text not null,
+    constraint kinds_pkey primary key (kind)
+);
+""",
+    "policies/rls.sql": """
+alter table keel.tenants enable row level security;
+alter table keel.tenants force row level security;
+create policy tenant_isolation on keel.tenants using (tenant_id = keel.current_tenant());
+alter table keel.things enable row level security;
+alter table keel.things force row level security;
+create policy tenant_isolation on keel.things using (tenant_id = keel.current_tenant());
+""",
+    "functions/error_codes.sql": """
+create function keel.error_codes() returns table (sqlstate text) language sql
+as $$ select * from (values ('22K01', 'invalid_argument')) as c (sqlstate, name) $$;
+""",
+    "functions/touch_thing.sql": """
+create function keel.touch_thing(p_tenant_id uuid, p_thing_id uuid) returns void
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+declare
+    v_now timestamptz := now();
+begin
+    perform 1 from keel.things as t
+    where t.tenant_id = p_tenant_id and t.thing_id = p_thing_id for update;
+    update keel.things as t set note = v_now::text
+    where t.tenant_id = p_tenant_id and t.thing_id = p_thing_id;
+    if not found then
+        raise exception using errcode = '22K01', message = 'no such thing';
+    end if;
+end;
+$$;
+""",
+}
+
+FAILING = {
+    "tenant_keys: primary key": (
+        "schema/0002_bad.sql",
+        "create table keel.bad (tenant_id uuid not null, bad_id uuid not null,"
+        " constraint bad_pkey primary key (bad_id));",
+        "tenant_keys",
+        "bad_pkey does not include tenant_id",
+    ),
+    "tenant_keys: unpaired foreign key": (
+        "schema/0002_bad.sql",
+        "alter table keel.things add constraint things_self_fkey foreign key (tenant_id, thing_id)"
+        " references keel.things (thing_id, tenant_id);",
+        "tenant_keys",
+        "does not pair tenant_id",
+    ),
+    "tenant_keys: unique index": (
+        "schema/0002_bad.sql",
+        "create unique index things_thing_idx on keel.things (thing_id);",
+        "tenant_keys",
+        "things_thing_idx does not include tenant_id",
+    ),
+    "rls: no force": (
+        "schema/0002_bad.sql",
+        "alter table keel.things no force row level security;",
+        "rls",
+        "NO FORCE ROW LEVEL SECURITY",
+    ),
+    "rls: new table without policies": (
+        "schema/0002_bad.sql",
+        "create table keel.extra (tenant_id uuid not null,"
+        " constraint extra_pkey primary key (tenant_id));",
+        "rls",
+        "keel.extra has tenant_id but row-level security is never enabled",
+    ),
+    "security_definer": (
+        "functions/bad.sql",
+        "create function keel.bad() returns int language sql security definer as $$ select 1 $$;",
+        "security_definer",
+        "keel.bad is SECURITY DEFINER without SET search_path",
+    ),
+    "errcodes: missing": (
+        "functions/bad.sql",
+        "create function keel.bad() returns void language plpgsql as $$"
+        " begin raise exception 'oops'; end $$;",
+        "errcodes",
+        "without an ERRCODE",
+    ),
+    "errcodes: unregistered": (
+        "functions/bad.sql",
+        "create function keel.bad() returns void language plpgsql as $$"
+        " begin raise exception using errcode = '55K99', message = 'x'; end $$;",
+        "errcodes",
+        "55K99 is not in keel.error_codes()",
+    ),
+    "citus.set_config": (
+        "functions/bad.sql",
+        "create function keel.bad() returns void language sql as"
+        " $$ select set_config('keel.tenant_id', 'x', true) $$;",
+        "citus.set_config",
+        "set_config",
+    ),
+    "citus.node_local": (
+        "functions/bad.sql",
+        "create function keel.bad() returns void language sql as $$ select pg_advisory_lock(1) $$;",
+        "citus.node_local",
+        "pg_advisory_lock",
+    ),
+    "citus.named_constraints": (
+        "schema/0002_bad.sql",
+        "alter table keel.kinds add check (kind <> '');",
+        "citus.named_constraints",
+        "every constraint needs a name",
+    ),
+    "citus.fk_actions": (
+        "schema/0002_bad.sql",
+        "create table keel.links (tenant_id uuid, thing_id uuid,"
+        " constraint links_pkey primary key (tenant_id, thing_id),"
+        " constraint links_thing_fkey foreign key (tenant_id, thing_id)"
+        " references keel.things (tenant_id, thing_id) on delete set null);",
+        "citus.fk_actions",
+        "links_thing_fkey",
+    ),
+    "citus.global_references_tenant": (
+        "schema/0002_bad.sql",
+        "create table keel.catalog (thing uuid not null, owner uuid not null,"
+        " constraint catalog_pkey primary key (thing),"
+        " constraint catalog_owner_fkey foreign key (owner) references keel.tenants (tenant_id));",
+        "citus.global_references_tenant",
+        "keel.catalog (global) references tenant table",
+    ),
+    "citus.serial": (
+        "schema/0002_bad.sql",
+        "create table keel.counters (id bigserial, constraint counters_pkey primary key (id));",
+        "citus.serial",
+        "bigserial",
+    ),
+    "citus.tenant_filter": (
+        "functions/bad.sql",
+        "create function keel.bad(p_tenant_id uuid) returns bigint language plpgsql as $$"
+        " begin return (select count(*) from keel.things); end $$;",
+        "citus.tenant_filter",
+        "keel.things without tenant_id",
+    ),
+    "citus.row_lock": (
+        "functions/bad.sql",
+        "create function keel.bad(p_ids uuid[]) returns void language plpgsql as $$"
+        " begin perform 1; select 1 from keel.things as t where t.tenant_id = any(p_ids)"
+        " for update skip locked; end $$;",
+        "citus.row_lock",
+        "more than one tenant",
+    ),
+    "citus.volatile": (
+        "functions/bad.sql",
+        "create function keel.bad(p_tenant_id uuid) returns void language plpgsql as $$"
+        " begin update keel.things as t set note = now()::text"
+        " where t.tenant_id = p_tenant_id; end $$;",
+        "citus.volatile",
+        "now() inside UPDATE",
+    ),
+}
+
+
+def tree(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
+    root = tmp_path / "sql"
+    for name, text in {**BASE, **(extra or {})}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text.lstrip())
+    return root
+
+
+def static(root: Path) -> list:
+    return lint([root / "schema", root / "functions", root / "policies"], root, tools=False)
+
+
+def test_the_passing_fixture_is_clean_for_every_rule(tmp_path):
+    assert static(tree(tmp_path)) == []
+
+
+@pytest.mark.parametrize("case", sorted(FAILING))
+def test_each_rule_catches_its_failing_fixture(tmp_path, case):
+    file, text, rule, message = FAILING[case]
+    findings = static(tree(tmp_path, {file: text}))
+    matching = [f for f in findings if f.rule == rule and message in f.message]
+    assert matching, [f.human() for f in findings]
+    assert all(f.file == file or f.rule == "rls" for f in matching)
+
+
+def test_a_waiver_names_its_rule(tmp_path):
+    file, text, _, _ = FAILING["citus.tenant_filter"]
+    waived = "-- agentkeel:allow citus.tenant_filter (a deliberate cross-tenant read)\n" + text
+    assert static(tree(tmp_path, {file: waived})) == []
+
+
+def test_sqlfluff_and_squawk_findings_are_reported(tmp_path):
+    root = tree(
+        tmp_path, {"schema/0002_risky.sql": "ALTER TABLE keel.things ADD COLUMN y int not null;\n"}
+    )
+    shutil.copy(REPO / ".sqlfluff", root / ".sqlfluff")
+    shutil.copy(REPO / ".squawk.toml", root / ".squawk.toml")
+    findings = lint([root / "schema"], root)
+    rules = {f.rule for f in findings if f.file == "schema/0002_risky.sql"}
+    assert "sqlfluff.CP01" in rules  # upper-case keywords
+    assert "squawk.adding-required-field" in rules
+
+
+def test_the_shipped_sql_is_clean():
+    result = run_agentkeel("lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no findings" in result.stderr
+
+
+def test_the_acceptance_scenario_is_reported_with_file_and_line(tmp_path):
+    work = tmp_path / "repo"
+    for name in ("schema", "functions", "policies"):
+        shutil.copytree(REPO / name, work / name)
+    for name in (".sqlfluff", ".squawk.toml"):
+        shutil.copy(REPO / name, work / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=work, check=True)
+    subprocess.run([*git, "add", "."], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "release"], cwd=work, check=True)
+    subprocess.run([*git, "tag", "v0.1.0"], cwd=work, check=True)
+    # 1. FORCE ROW LEVEL SECURITY dropped (from the catalog loop that applies it).
+    rls = work / "policies" / "04_row_level_security.sql"
+    lines = [ln for ln in rls.read_text().splitlines() if "force row level security" not in ln]
+    rls.write_text("\n".join(lines) + "\n")
+    # 2. A foreign key without tenant_id.
+    (work / "schema" / "0013_notes.sql").write_text(
+        "create table keel.notes (\n    tenant_id uuid not null,\n    note_id uuid not null,\n"
+        "    task_id uuid,\n    constraint notes_pkey primary key (tenant_id, note_id),\n"
+        "    constraint notes_task_fkey foreign key (task_id) references keel.tasks (task_id)\n);\n"
+    )
+    # 3. An edit to a released migration.
+    released = work / "schema" / "0003_tenants.sql"
+    released.write_text(released.read_text() + "\n-- edited after release\n")
+
+    result = run_agentkeel("lint", "schema", "functions", "policies", "--format", "json", cwd=work)
+    assert result.returncode == 1, result.stderr
+    findings = json.loads(result.stdout)
+    found = {(f["file"], f["rule"]) for f in findings}
+    assert ("schema/0006_tasks.sql", "rls") in found  # keel.tasks is no longer forced
+    assert ("schema/0013_notes.sql", "tenant_keys") in found
+    assert ("schema/0003_tenants.sql", "released_migration") in found
+    assert all(f["line"] >= 1 for f in findings)
+    human = run_agentkeel("lint", "schema", "functions", "policies", cwd=work)
+    assert (
+        "schema/0013_notes.sql:1: tenant_keys: keel.notes: foreign key notes_task_fkey"
+        in human.stdout
+    )
+    github = run_agentkeel("lint", "schema", "--format", "github", "--static-only", cwd=work)
+    assert "::error file=schema/0013_notes.sql,line=1,title=tenant_keys::" in github.stdout
