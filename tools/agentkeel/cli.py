@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import subprocess
 import sys
@@ -274,7 +275,12 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
         table = Table("rule", "object", "problem", "remedy", title="agentkeel check")
         for f in findings:
             table.add_row(f.rule, f.object, f.problem, f.remedy)
-        console = Console(file=output.open("w") if output else None, highlight=False, width=200)
+        console = Console(
+            file=io.StringIO() if output else None,
+            record=output is not None,
+            highlight=False,
+            width=200,
+        )
         if findings:
             console.print(table)
         console.print(
@@ -282,6 +288,8 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
             if findings
             else f"all {len(results)} rules pass: {', '.join(sorted(results))}"
         )
+        if output is not None:
+            output.write_text(console.export_text(), encoding="utf-8")
     if findings:
         sys.exit(EXIT_FINDINGS)
 
