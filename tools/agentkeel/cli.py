@@ -328,6 +328,27 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
         sys.exit(EXIT_FINDINGS)
 
 
+# -- bench ------------------------------------------------------------------------
+
+
+@main.command()
+@dsn_option
+@click.option("--rows", default=50_000, show_default=True, help="Tasks per tenant (two tenants).")
+@click.option("--repeats", default=3, show_default=True, help="Runs per case; the best counts.")
+def bench(dsn: str | None, rows: int, repeats: int) -> None:
+    """Measure the cost of the tenant policy: per statement (index) and per row (scan)."""
+    from agentkeel.bench import run
+
+    with handled(), database(dsn) as target:
+        results = run(target, rows=rows, repeats=repeats)
+    table = Table(
+        "case", "best ms", "µs per row scanned", title=f"count(*) of one tenant, 2 x {rows:,} tasks"
+    )
+    for m in results:
+        table.add_row(m.case, f"{m.best_ms:.1f}", f"{m.us_per_row:.2f}")
+    out.print(table)
+
+
 # -- distribute ------------------------------------------------------------------
 
 

@@ -1,0 +1,105 @@
+"""`agentkeel bench`: what the tenant policy costs per statement and per row.
+
+Two tenants with N tasks each; count(*) of one tenant's tasks as a trusted app login
+(plain context) and as an agent login (signed token), through the primary-key index and
+with a forced sequential scan, against the same count without row-level security.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import conninfo, sql
+
+from agentkeel.client import Keel
+
+SEQ_SCAN = (
+    "set local enable_indexscan = off; set local enable_bitmapscan = off;"
+    " set local enable_indexonlyscan = off"
+)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    case: str
+    best_ms: float
+    rows_scanned: int
+
+    @property
+    def us_per_row(self) -> float:
+        return self.best_ms * 1000 / self.rows_scanned
+
+
+def _best(dsn: str, setup: str, query: str, repeats: int) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        best = float("inf")
+        for _ in range(repeats):
+            with conn.transaction():
+                conn.execute(setup.encode())
+                started = time.perf_counter()
+                conn.execute(query.encode()).fetchall()
+                best = min(best, time.perf_counter() - started)
+    return best * 1000
+
+
+def run(dsn: str, rows: int = 50_000, repeats: int = 3) -> list[Measurement]:
+    """Measure on dsn (needs a superuser or CREATEROLE owner); removes what it made."""
+    suffix = uuid.uuid4().hex[:8]
+    app, agent, workflow = f"bench_app_{suffix}", f"bench_agent_{suffix}", f"bench-{suffix}"
+    a, b = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        keel = Keel(owner)
+        keel.define_workflow(workflow, 1, "queued", [("queued", "done")])
+        for tenant in (a, b):
+            keel.create_tenant("agentkeel-bench", tenant)
+            with keel.transaction(tenant) as tx:
+                tx.execute(
+                    "insert into keel.tasks (tenant_id, workflow, workflow_version, state)"
+                    " select %s, %s, 1, 'queued' from generate_series(1, %s)",
+                    (tenant, workflow, rows),
+                )
+        owner.execute("analyze keel.tasks")
+        token = keel.mint_tenant_token(a)
+        for role, group in ((app, "keel_app"), (agent, "keel_agent")):
+            owner.execute(
+                sql.SQL("create role {} login in role {}").format(
+                    sql.Identifier(role), sql.Identifier(group)
+                )
+            )
+    try:
+        as_app = conninfo.make_conninfo(dsn, user=app)
+        as_agent = conninfo.make_conninfo(dsn, user=agent)
+        plain = f"set local keel.tenant_id = '{a}'"
+        signed = f"set local keel.tenant_token = '{token}'"
+        count = "select count(*) from keel.tasks"
+        cases = [
+            (
+                "no RLS (owner, explicit tenant_id), sequential scan",
+                dsn,
+                SEQ_SCAN,
+                f"{count} where tenant_id = '{a}'",
+            ),
+            ("app, plain context, primary-key index", as_app, plain, count),
+            ("app, plain context, sequential scan", as_app, f"{plain}; {SEQ_SCAN}", count),
+            ("agent, signed token, primary-key index", as_agent, signed, count),
+            ("agent, signed token, sequential scan", as_agent, f"{signed}; {SEQ_SCAN}", count),
+        ]
+        return [
+            Measurement(case, _best(target, setup, query, repeats), 2 * rows)
+            for case, target, setup, query in cases
+        ]
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            for tenant in (a, b):
+                with owner.transaction():
+                    owner.execute(
+                        sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant)))
+                    )
+                    owner.execute("set local keel.purge = on")
+                    owner.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
+            owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
+            for role in (app, agent):
+                owner.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
