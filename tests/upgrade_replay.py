@@ -34,6 +34,15 @@ def releases(repo: Path) -> list[str]:
     return first[:1]
 
 
+def oldest_upgradable(repo: Path, scratch: Path) -> str | None:
+    """Before the first release, the oldest commit of schema/ whose versioned files are
+    still unchanged now: files edited before any release cannot be upgraded from."""
+    for i, ref in enumerate(git(repo, "log", "--format=%H", "--reverse", "--", "schema").split()):
+        if not edited_since(export(repo, ref, scratch / f"probe-{i}"), repo):
+            return ref
+    return None
+
+
 def export(repo: Path, ref: str, into: Path) -> Path:
     """The SQL folders as they were at ref."""
     present = [f for f in SQL_FOLDERS if git(repo, "ls-tree", "--name-only", ref, f).strip()]
