@@ -17,7 +17,6 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_task_id uuid;
-    v_task keel.tasks;
     v_op keel.operations;
 begin
     perform keel.require_tenant(p_tenant_id);
@@ -36,11 +35,7 @@ begin
     end if;
     -- Lock order everywhere: task, then operation.
     if v_task_id is not null then
-        select t.* into v_task
-        from keel.tasks as t
-        where t.tenant_id = p_tenant_id and t.task_id = v_task_id
-        for share;
-        perform keel.assert_lease(v_task, p_fencing_token, v_now);
+        perform keel.hold_task_lease(p_tenant_id, v_task_id, p_fencing_token, v_now);
     elsif p_fencing_token is not null then
         raise exception using
             errcode = '22K01',

@@ -29,7 +29,6 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_expires timestamptz;
-    v_task keel.tasks;
     v_op keel.operations;
     v_outcome text;
     v_attempts integer;
@@ -56,17 +55,7 @@ begin
     v_expires := v_now + p_retention;
 
     if p_task_id is not null then
-        -- FOR SHARE keeps a concurrent claim from moving the lease until we commit.
-        select t.* into v_task
-        from keel.tasks as t
-        where t.tenant_id = p_tenant_id and t.task_id = p_task_id
-        for share;
-        if not found then
-            raise exception using
-                errcode = '42K04',
-                message = format('task %s not found', p_task_id);
-        end if;
-        perform keel.assert_lease(v_task, p_fencing_token, v_now);
+        perform keel.hold_task_lease(p_tenant_id, p_task_id, p_fencing_token, v_now);
     elsif p_fencing_token is not null then
         raise exception using
             errcode = '22K01',

@@ -150,7 +150,13 @@ MUTATIONS = {
     ),
     "G5: completion without the fencing check": (
         "finish_operation.sql",
-        [(r"perform keel.assert_lease\(v_task, p_fencing_token, v_now\);", "", 1)],
+        [
+            (
+                r"perform keel.hold_task_lease\(p_tenant_id, v_task_id, p_fencing_token, v_now\);",
+                "",
+                1,
+            )
+        ],
         "G5",
         "test_completing_an_operation_with_a_stale_token_is_refused",
     ),
