@@ -196,15 +196,7 @@ def make_tenant(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[], uuid.UUI
     yield _make_tenant
     with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         for tenant_id in made:
-            delete_tenant(conn, tenant_id)
-
-
-def delete_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
-    """Remove a tenant and, by cascade, everything it owns (events through a purge, G4)."""
-    with conn.transaction():
-        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
-        conn.execute("set local keel.purge = on")
-        conn.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
+            Keel(conn).delete_tenant(tenant_id)
 
 
 @pytest.fixture

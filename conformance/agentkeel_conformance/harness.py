@@ -12,6 +12,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from agentkeel.client import set_tenant_context
+
 TENANT_TABLES = ("tenants", "tasks", "task_events", "operations", "outbox")
 
 
@@ -20,7 +22,7 @@ def in_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Iterator[psycop
     """A transaction whose tenant context is tenant_id: how the suite reads raw rows, so it
     works for a non-superuser owner too (row-level security is forced on the owner)."""
     with conn.transaction():
-        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
+        set_tenant_context(conn, tenant_id)
         yield conn
 
 

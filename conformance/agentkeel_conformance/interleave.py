@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from agentkeel.client import Keel, set_tenant_context
 from agentkeel.errors import ERRORS
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -234,11 +235,7 @@ class Runner:
             for c in conns.values():
                 c.execute("select set_config('keel.tenant_id', %s, false)", (str(tenant),))
             with control.transaction():
-                control.execute(
-                    sql.SQL("set local keel.tenant_id = {}").format(
-                        sql.Literal(str(values["tenant"]))
-                    )
-                )
+                set_tenant_context(control, values["tenant"])
                 control.execute(
                     "select keel.create_tenant(%s, 'agentkeel-conformance-interleave')",
                     (values["tenant"],),
@@ -276,7 +273,7 @@ class Runner:
                 c.close()
             control.close()
             with psycopg.connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
-                self._cleanup(owner, values["tenant"])
+                Keel(owner).delete_tenant(values["tenant"])
 
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:
         """Wait until the step completes (True) or is blocked by another session (False)."""
@@ -300,12 +297,3 @@ class Runner:
         raise TimeoutError(
             f"step {running.step.name} neither finished nor blocked in {BLOCK_TIMEOUT}s"
         )
-
-    @staticmethod
-    def _cleanup(control: psycopg.Connection, tenant: uuid.UUID) -> None:
-        with control.transaction():
-            control.execute(
-                sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant)))
-            )
-            control.execute("set local keel.purge = on")
-            control.execute("delete from keel.tenants where tenant_id = %s", (tenant,))

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from agentkeel.client import Keel
 from agentkeel.errors import KeelError
+from agentkeel_conformance.harness import in_tenant
 from agentkeel_conformance.history import Verdict, check, load
 
 APPLICATION_NAME = "agentkeel-conformance-race"
@@ -239,10 +239,7 @@ def _final_state(config: RaceConfig, events: list[dict[str, Any]]) -> dict[str, 
             if e["type"] == "info" and e.get("xid"):
                 row = conn.execute("select pg_xact_status(%s::xid8)", (e["xid"],)).fetchone()
                 e["xact"] = row[0] if row else None
-        with conn.transaction():
-            conn.execute(
-                sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(config.tenant)))
-            )
+        with in_tenant(conn, config.tenant):
             rows = conn.execute(
                 "select task_id::text, seq, state_version from keel.task_events"
                 " where tenant_id = %s order by task_id, seq",

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from agentkeel.errors import ERRORS
-from agentkeel_conformance.harness import tenant_snapshot
+from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5", "G9")
 
@@ -234,12 +234,7 @@ def test_hostile_input_gets_documented_errors_and_writes_nothing(
         )
         before = tenant_snapshot(conn, real["tenant"])
         try:
-            with conn.transaction():
-                conn.execute(
-                    sql.SQL("set local keel.tenant_id = {}").format(
-                        sql.Literal(str(real["tenant"]))
-                    )
-                )
+            with in_tenant(conn, real["tenant"]):
                 conn.execute(query, list(values.values())).fetchall()
                 raise _Rollback
         except _Rollback:

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentkeel.client import Keel, Task
+from agentkeel.client import Keel, Task, set_tenant_context
 from agentkeel.errors import (
     InvalidTenantToken,
     TaskNotFound,
@@ -193,9 +193,7 @@ def test_the_agent_has_no_direct_writes(world, agent, table, write):
 
 def test_the_app_writes_only_through_the_guarded_functions(world):
     with psycopg.connect(world.app_dsn, options=CONNECTION_OPTIONS) as conn:
-        conn.execute(
-            sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(world.a.tenant)))
-        )
+        set_tenant_context(conn, world.a.tenant)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(
                 "update keel.tasks set state = 'done' where tenant_id = %s", (world.a.tenant,)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from psycopg import sql
 
+from agentkeel.client import set_tenant_context
 from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
 from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
@@ -32,7 +32,7 @@ def history(keel, tenant, new_task):
 def test_no_application_role_can_change_events(login_role, tenant, history, connect, role, change):
     before = tenant_snapshot(connect(), tenant)
     with psycopg.connect(login_role(role).dsn, options=CONNECTION_OPTIONS) as conn:
-        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+        set_tenant_context(conn, tenant)
         params = (tenant,) if "%s" in CHANGES[change] else None
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(CHANGES[change], params)
@@ -53,7 +53,7 @@ def test_the_owner_is_refused_too(connect, tenant, history, change):
 def test_a_purge_may_delete_but_never_update(connect, tenant, history):
     conn = connect(owner=True)
     with conn.transaction(force_rollback=True):
-        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+        set_tenant_context(conn, tenant)
         conn.execute("set local keel.purge = on")
         deleted = conn.execute(
             "delete from keel.task_events where tenant_id = %s", (tenant,)

@@ -32,7 +32,7 @@ from agentkeel.errors import (
     StaleState,
     TaskNotClaimable,
 )
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS, EDGES, TENANT_PREFIX, delete_tenant
+from agentkeel_conformance.fixtures import CONNECTION_OPTIONS, EDGES, TENANT_PREFIX
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5")
 
@@ -82,7 +82,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
         def teardown(self) -> None:
             self.conn.close()
             with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as owner:
-                delete_tenant(owner, self.tenant)
+                Keel(owner).delete_tenant(self.tenant)
 
         def expect(self, error: type[KeelError] | None, call) -> object:  # type: ignore[no-untyped-def]
             if error is None:

@@ -94,12 +94,7 @@ def run(dsn: str, rows: int = 50_000, repeats: int = 3) -> list[Measurement]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:
             for tenant in (a, b):
-                with owner.transaction():
-                    owner.execute(
-                        sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant)))
-                    )
-                    owner.execute("set local keel.purge = on")
-                    owner.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
+                Keel(owner).delete_tenant(tenant)
             owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
             for role in (app, agent):
                 owner.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))

@@ -138,6 +138,11 @@ def keel_errors() -> Iterator[None]:
         raise keel_err from err
 
 
+def set_tenant_context(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
+    """SET LOCAL keel.tenant_id: the tenant of the current transaction, and of it only."""
+    conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
+
+
 def _adapt(value: Any) -> Any:
     if isinstance(value, dict | list):
         return Jsonb(value)
@@ -167,9 +172,7 @@ class Keel:
                     )
                 )
             elif tenant_id is not None:
-                self.conn.execute(
-                    sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id)))
-                )
+                set_tenant_context(self.conn, tenant_id)
             yield self.conn
 
     def _call(
@@ -221,6 +224,13 @@ class Keel:
             row = conn.execute(query, args).fetchone()
         assert row is not None
         return str(row[0])
+
+    def delete_tenant(self, tenant_id: uuid.UUID) -> None:
+        """Owner only: remove a tenant and, by cascade, everything it owns; its events go
+        through a purge (G4)."""
+        with self.transaction(tenant_id) as conn:
+            conn.execute("set local keel.purge = on")
+            conn.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
 
     def define_workflow(
         self,

@@ -344,29 +344,28 @@ def _fail(mig: MigrationFile, stmt: str, err: psycopg.Error) -> MigrationError:
     )
 
 
+def _execute_all(conn: psycopg.Connection, mig: MigrationFile) -> None:
+    for stmt in mig.statements():
+        try:
+            conn.execute(stmt.encode("utf-8"))
+        except psycopg.Error as err:
+            raise _fail(mig, stmt, err) from err
+
+
 def apply_one(conn: psycopg.Connection, mig: MigrationFile, lock_timeout: str) -> int:
     """Apply one file and record it; returns milliseconds taken. conn is in autocommit mode."""
     started = time.monotonic()
-    statements = mig.statements()
     if mig.transactional:
         with conn.transaction():
             for setting in _session_settings(lock_timeout):
                 conn.execute(setting)
-            for stmt in statements:
-                try:
-                    conn.execute(stmt.encode("utf-8"))
-                except psycopg.Error as err:
-                    raise _fail(mig, stmt, err) from err
+            _execute_all(conn, mig)
             elapsed = int((time.monotonic() - started) * 1000)
             _record(conn, mig, elapsed)
         return elapsed
     conn.execute(sql.SQL("set lock_timeout = {}").format(sql.Literal(lock_timeout)))
     try:
-        for stmt in statements:
-            try:
-                conn.execute(stmt.encode("utf-8"))
-            except psycopg.Error as err:
-                raise _fail(mig, stmt, err) from err
+        _execute_all(conn, mig)
     finally:
         conn.execute("reset lock_timeout")
     elapsed = int((time.monotonic() - started) * 1000)
