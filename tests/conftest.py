@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,6 +90,9 @@ def run_agentkeel(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a user would, in a subprocess."""
+    if cwd is None:  # not the checkout: failure artifacts of suite runs must not land in it
+        cwd = Path(tempfile.gettempdir()) / "agentkeel-tests"
+        cwd.mkdir(exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if k != "AGENTKEEL_DSN"}
     full_env.update(env or {})
     return subprocess.run(
