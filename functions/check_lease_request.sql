@@ -1,11 +1,14 @@
 -- Argument checks shared by every lease-granting function.
+drop function if exists keel.check_lease_request(text, interval);
+
 create or replace function keel.check_lease_request(
     p_owner text,
-    p_lease interval
+    p_lease interval,
+    p_now timestamptz
 )
-returns void
+returns timestamptz
 language plpgsql
-immutable
+stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
@@ -14,14 +17,9 @@ begin
             errcode = '22K01',
             message = 'lease owner must be 1 to 200 characters';
     end if;
-    if p_lease is null or p_lease <= interval '0' or p_lease > interval '7 days' then
-        raise exception using
-            errcode = '22K01',
-            message = format('lease duration must be positive and at most 7 days, not %s', p_lease),
-            hint = 'Use a short lease and renew it with keel.renew_lease while working.';
-    end if;
+    return keel.interval_end('lease duration', p_lease, p_now, interval '7 days');
 end;
 $$;
 
-comment on function keel.check_lease_request(text, interval) is
-'Raises invalid_argument (22K01) unless the owner is 1-200 characters and the lease between 0 and 7 days.';
+comment on function keel.check_lease_request(text, interval, timestamptz) is
+'Raises invalid_argument (22K01) unless the owner is 1-200 characters and p_now + p_lease lies after p_now and at most 7 days later; returns that expiry.';

@@ -17,8 +17,7 @@ declare
     v_task keel.tasks;
 begin
     perform keel.require_tenant(p_tenant_id);
-    perform keel.check_lease_request(p_owner, p_lease);
-    v_expires := v_now + p_lease;
+    v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
 
     v_task := keel.lock_task(p_tenant_id, p_task_id);
     if v_task.wake_at is null then

@@ -12,13 +12,10 @@ as $$
 declare
     v_version integer;
     v_message text;
+    v_expires timestamptz;
 begin
     perform keel.require_tenant(p_tenant_id);
-    if p_ttl is null or p_ttl <= interval '0' or p_ttl > interval '1 day' then
-        raise exception using
-            errcode = '22K01',
-            message = 'token lifetime must be positive and at most 1 day';
-    end if;
+    v_expires := keel.interval_end('token lifetime', p_ttl, clock_timestamp(), interval '1 day');
     select max(k.key_version) into v_version
     from keel.tenant_token_keys as k
     where k.retired_at is null;
@@ -27,11 +24,11 @@ begin
     end if;
     v_message := format(
         'v1.%s.%s.%s', v_version, p_tenant_id,
-        floor(extract(epoch from clock_timestamp() + p_ttl))::bigint
+        floor(extract(epoch from v_expires))::bigint
     );
     return v_message || '.' || keel.tenant_token_signature(v_version, v_message);
 end;
 $$;
 
 comment on function keel.mint_tenant_token(uuid, interval) is
-'A signed token for the tenant of the current context, valid for p_ttl (default 15 minutes, at most 1 day). An agent session sets it with SET LOCAL keel.tenant_token; it cannot be altered for another tenant.';
+'A signed token for the tenant of the current context, valid for p_ttl (default 15 minutes, at most 1 day). It is a credential: an agent session sends it only as a bind parameter, select set_config(''keel.tenant_token'', $1, true), never in query text; it cannot be altered for another tenant.';

@@ -19,8 +19,7 @@ begin
     perform keel.require_tenant(p_tenant_id);
     v_task := keel.lock_task(p_tenant_id, p_task_id);
     perform keel.assert_lease(v_task, p_fencing_token, v_now);
-    perform keel.check_lease_request(v_task.lease_owner, p_lease);
-    v_expires := v_now + p_lease;
+    v_expires := keel.check_lease_request(v_task.lease_owner, p_lease, v_now);
 
     update keel.tasks as t
     set

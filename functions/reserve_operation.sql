@@ -49,10 +49,7 @@ begin
             message = 'input hash must be 1 to 128 characters',
             hint = 'Pass a digest of the operation input, e.g. the sha256 hex of its canonical JSON.';
     end if;
-    if p_retention is null or p_retention <= interval '0' then
-        raise exception using errcode = '22K01', message = 'retention must be a positive interval';
-    end if;
-    v_expires := v_now + p_retention;
+    v_expires := keel.interval_end('retention', p_retention, v_now, interval '10 years');
 
     if p_task_id is not null then
         perform keel.hold_task_lease(p_tenant_id, p_task_id, p_fencing_token, v_now);

@@ -54,9 +54,29 @@ ints = st.one_of(
     st.none(),
 )
 timestamps = st.one_of(st.sampled_from(["infinity", "-infinity", "epoch", "2100-01-01"]), st.none())
+# Mixed units: interval comparison counts a month as 30 days and a year as 360, so these
+# compare as small positive intervals but end years away, or before they start.
+MIXED_INTERVALS = [
+    "1000 years -359999 days",
+    "-1000 years 360001 days",
+    "1 mon -29 days",
+    "-1 mon 31 days",
+    "1 year -11 mons -29 days 23 hours",
+    "178000000 years",
+    "-178000000 years",
+    "1 day -86399 seconds",
+]
 intervals = st.one_of(
     st.sampled_from(
         [timedelta(0), timedelta(seconds=-1), timedelta(days=36500), timedelta(microseconds=1)]
+    ),
+    st.sampled_from(MIXED_INTERVALS),
+    st.builds(
+        lambda y, m, d, s: f"{y} years {m} mons {d} days {s} seconds",
+        st.integers(-2000, 2000),
+        st.integers(-24000, 24000),
+        st.integers(-800_000, 800_000),
+        st.integers(-(10**9), 10**9),
     ),
     st.none(),
 )
@@ -167,6 +187,21 @@ FUNCTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "description": texts,
     },
     "mint_tenant_token": {"tenant_id": ids("tenant"), "ttl": intervals},
+    "claim_next_task": {"owner": texts, "lease": intervals, "workflow": texts},
+    "get_task": {"tenant_id": ids("tenant"), "task_id": ids("task")},
+    "list_tasks": {
+        "tenant_id": ids("tenant"),
+        "state": texts,
+        "after_task_id": st.one_of(ids("task"), st.uuids()),
+        "limit": ints,
+    },
+    "task_history": {
+        "tenant_id": ids("tenant"),
+        "task_id": ids("task"),
+        "after_seq": ints,
+        "limit": ints,
+    },
+    "get_operation": {"tenant_id": ids("tenant"), "operation_id": ids("operation")},
 }
 JSON_PARAMS = {"metadata", "payload", "outbox", "result", "error", "transitions"}
 

@@ -210,3 +210,14 @@ def test_malformed_arguments_are_refused_with_invalid_argument(
 ):
     with pytest.raises(InvalidArgument):
         keel.reserve_operation(tenant, None, key, action, input_hash)
+
+
+@pytest.mark.parametrize("retention", ["-1000 years 360001 days", "0 days", "11 years"])
+def test_retention_is_checked_as_a_timestamp(keel, tenant, retention):
+    """'-1000 years 360001 days' compares as one day but ends 14 years before it starts.
+    Mutation: interval_compared."""
+    with pytest.raises(InvalidArgument), keel.transaction(tenant) as conn:
+        conn.execute(
+            "select keel.reserve_operation(%s, null, 'k', 'a', 'h', p_retention => %s::interval)",
+            (tenant, retention),
+        )
