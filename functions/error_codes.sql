@@ -15,7 +15,7 @@ begin
         ('22K01', 'invalid_argument',
          'An argument is missing, out of range or malformed. Nothing was written.'),
         ('22K02', 'payload_rejected',
-         'An event payload carries a secret-bearing key or exceeds the size limit (G9). The message names the key path, never the value. Nothing was written.'),
+         'A stored payload (event, outbox message, operation result or error, task metadata) carries a secret-bearing key, nests deeper than the limit or exceeds its size limit (G9). The message names the key path, never the value. Nothing was written.'),
         ('23K01', 'idempotency_conflict',
          'The idempotency key was used before with a different input hash, action or task. The stored operation is unchanged.'),
         ('23K02', 'workflow_conflict',

@@ -25,6 +25,8 @@ begin
             errcode = '22K01',
             message = format('an operation cannot finish in state %s', p_state);
     end if;
+    perform keel.check_payload('operation result', p_result, 'max_operation_result_bytes');
+    perform keel.check_payload('operation error', p_error, 'max_operation_result_bytes');
     select o.task_id into v_task_id
     from keel.operations as o
     where o.tenant_id = p_tenant_id and o.operation_id = p_operation_id;

@@ -1,10 +1,17 @@
-"""G9 Redaction: event payloads refuse secret-bearing keys at any depth, and over-size
-payloads, naming the key path and never echoing the value."""
+"""G9 Redaction: every stored payload (event payloads, outbox messages and their headers,
+operation results and errors, task metadata) refuses secret-bearing keys at any depth,
+however they are spelled, and over-size or over-deep payloads, naming the key path and
+never echoing the value."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
+from agentkeel.client import Keel
 from agentkeel.errors import PayloadRejected
 from agentkeel_conformance.harness import tenant_snapshot
 
@@ -12,6 +19,10 @@ pytestmark = pytest.mark.guarantee("G9")
 
 SECRET = "sk-live-DO-NOT-LEAK-1234"
 FULLWIDTH_PASSWORD = "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44"  # "password"
+CYRILLIC_PASSWORD = "p\u0430ssw\u043erd"  # Cyrillic a and o: NFKC leaves them alone
+GREEK_TOKEN = "\u03c4\u03bfken"  # Greek tau and omicron
+ACCENTED_PASSWORD = "p\u00e1ssw\u00f6rd"
+ZERO_WIDTH_SECRET = "se\u200bcret"
 
 REFUSED = {
     "top-level": ({"password": SECRET}, "$.password"),
@@ -25,6 +36,20 @@ REFUSED = {
     "full-prompt": ({"prompt": SECRET}, "$.prompt"),
     "chat-transcript": ({"messages": [{"role": "user", "content": SECRET}]}, "$.messages"),
     "cookie": ({"Set-Cookie": SECRET}, "$.Set-Cookie"),
+    "cyrillic-confusables": ({CYRILLIC_PASSWORD: SECRET}, f"$.{CYRILLIC_PASSWORD}"),
+    "greek-confusables": ({GREEK_TOKEN: SECRET}, f"$.{GREEK_TOKEN}"),
+    "accents": ({ACCENTED_PASSWORD: SECRET}, f"$.{ACCENTED_PASSWORD}"),
+    "zero-width-space": ({ZERO_WIDTH_SECRET: SECRET}, f"$.{ZERO_WIDTH_SECRET}"),
+    "id-token": ({"id_token": SECRET}, "$.id_token"),
+    "vendor-token": ({"githubToken": SECRET}, "$.githubToken"),
+    "jwt": ({"jwt": SECRET}, "$.jwt"),
+    "bearer": ({"bearer": SECRET}, "$.bearer"),
+    "totp": ({"totp": "123456"}, "$.totp"),
+    "pin": ({"PIN": "1234"}, "$.PIN"),
+    "cvv": ({"card": {"cvv": "123"}}, "$.card.cvv"),
+    "card-number": ({"card_number": "4111111111111111"}, "$.card_number"),
+    "access-key": ({"aws_access_key_id": "AKIA..."}, "$.aws_access_key_id"),
+    "pwd": ({"db_pwd": SECRET}, "$.db_pwd"),
     "deep": (
         {"a": {"b": {"c": {"d": {"e": {"client_secret": SECRET}}}}}},
         "$.a.b.c.d.e.client_secret",
@@ -36,6 +61,7 @@ ACCEPTED = {
     "plain": {"tool": "search", "query_id": "q-1", "status": "ok"},
     "token-count": {"token_count": 3},
     "secret-looking-value": {"note": "password"},
+    "near-misses": {"pinned": True, "footprint": 1, "tokens_used": 3, "spinner": "x"},
 }
 
 
@@ -88,3 +114,77 @@ def test_the_size_limit_is_a_setting(keel, connect, tenant, new_task, throwaway_
         conn.execute(
             "update keel.settings set value = '65536' where setting = 'max_event_payload_bytes'"
         )
+
+
+# Every place a caller's JSON is stored, each refusing the same way.
+SINKS: dict[str, Callable[[Keel, uuid.UUID, Any, dict[str, Any]], Any]] = {
+    "event payload": lambda k, t, task, p: k.transition_task(
+        t, task.task_id, 1, "running", payload=p
+    ),
+    "outbox message payload": lambda k, t, task, p: k.transition_task(
+        t, task.task_id, 1, "running", outbox=[{"topic": "t", "payload": p}]
+    ),
+    "outbox message headers": lambda k, t, task, p: k.transition_task(
+        t, task.task_id, 1, "running", outbox=[{"topic": "t", "headers": p}]
+    ),
+    "operation result": lambda k, t, task, p: k.complete_operation(
+        t, k.reserve_operation(t, None, "op", "a", "h").operation_id, None, p
+    ),
+    "operation error": lambda k, t, task, p: k.fail_operation(
+        t, k.reserve_operation(t, None, "op", "a", "h").operation_id, None, p
+    ),
+    "task metadata": lambda k, t, task, p: k.create_task(
+        t, task.workflow, task.workflow_version, metadata=p
+    ),
+}
+
+
+@pytest.mark.parametrize("sink", sorted(SINKS))
+def test_every_stored_payload_refuses_secret_bearing_keys(keel, tenant, new_task, sink):
+    """Mutation: outbox_unchecked (outbox sinks), result_unchecked (operation sinks)."""
+    with pytest.raises(PayloadRejected) as info:
+        SINKS[sink](keel, tenant, new_task(), {"nested": {"Authorization": SECRET}})
+    assert "nested.Authorization" in info.value.message and sink.split()[0] in info.value.message
+    assert SECRET not in f"{info.value.message} {info.value.detail} {info.value.hint}"
+
+
+@pytest.mark.parametrize("sink", sorted(SINKS))
+def test_every_stored_payload_has_a_size_limit(keel, tenant, new_task, sink):
+    with pytest.raises(PayloadRejected) as info:
+        SINKS[sink](keel, tenant, new_task(), {"blob": "x" * 70_000})
+    assert "over the limit of" in info.value.message
+
+
+@pytest.mark.parametrize("sink", sorted(SINKS))
+def test_every_stored_payload_accepts_ordinary_keys(keel, tenant, new_task, sink):
+    SINKS[sink](keel, tenant, new_task(), {"tool": "search", "max_tokens": 512})
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def nested_text(depth: int) -> str:
+    return '{"a":' + "[" * (depth - 1) + "1" + "]" * (depth - 1) + "}"
+
+
+def test_payloads_nested_up_to_the_limit_are_accepted(keel, tenant, new_task):
+    keel.transition_task(tenant, new_task().task_id, 1, "running", payload=nested(64))
+
+
+@pytest.mark.parametrize("depth", [65, 10_000])
+def test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work(
+    keel, tenant, depth
+):
+    """10,000 nested arrays in 20 KB once cost seconds of CPU in the key walk; the depth check
+    runs first, before the task is even looked up (an unknown task id would say so).
+    Mutation: depth_unchecked."""
+    with pytest.raises(PayloadRejected) as info, keel.transaction(tenant) as conn:
+        conn.execute(
+            "select keel.transition_task(%s, %s, 1, 'running', p_payload => %s::jsonb)",
+            (tenant, uuid.uuid4(), nested_text(depth)),
+        )
+    assert "nests deeper than 64 levels" in info.value.message

@@ -1,0 +1,101 @@
+-- Redaction (G9): every stored payload (event payloads, outbox messages, operation
+-- results and errors, task metadata) is checked here, and only here.
+drop function if exists keel.check_event_payload(jsonb);
+
+create or replace function keel.check_payload(
+    p_what text,
+    p_payload jsonb,
+    p_limit_setting text
+)
+returns void
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_depth integer;
+    v_limit integer;
+    v_size integer;
+    v_path text;
+begin
+    if p_payload is null or p_payload = '{}'::jsonb or p_payload = '[]'::jsonb then
+        return;  -- nothing to walk: the common case costs one comparison
+    end if;
+
+    -- Depth first, before anything that walks the value: a jsonpath that descends at
+    -- most one level past the limit, so a deep payload costs no more than a shallow one.
+    select s.value::integer into v_depth
+    from keel.settings as s
+    where s.setting = 'max_payload_depth';
+    v_depth := coalesce(v_depth, 64);
+    if jsonb_path_exists(p_payload, format('strict $.**{%s}', v_depth + 1)::jsonpath) then
+        raise exception using
+            errcode = '22K02',
+            message = format('%s nests deeper than %s levels', p_what, v_depth),
+            hint = 'Flatten the structure; settings.max_payload_depth sets the limit.';
+    end if;
+
+    select s.value::integer into v_limit
+    from keel.settings as s
+    where s.setting = p_limit_setting;
+    v_limit := coalesce(v_limit, 65536);
+    v_size := octet_length(p_payload::text);
+    if v_size > v_limit then
+        raise exception using
+            errcode = '22K02',
+            message = format('%s is %s bytes, over the limit of %s', p_what, v_size, v_limit),
+            hint = format(
+                'Store large data as an artifact and keep its reference; settings.%s sets the limit.',
+                p_limit_setting
+            );
+    end if;
+
+    -- Every key at any depth. The depth bound above keeps this linear in the size, and
+    -- paths are cut at 200 characters (all a message shows) so long keys cannot make it
+    -- quadratic.
+    with recursive walk (path, key, value) as (
+        select '$'::text, null::text, p_payload
+        union all
+        select child.path, child.key, child.value
+        from walk as w
+        cross join lateral (
+            select left(w.path || '.' || o.key, 200), o.key, o.value
+            from jsonb_each(
+                case when jsonb_typeof(w.value) = 'object' then w.value else '{}'::jsonb end
+            ) as o (key, value)
+            union all
+            select left(w.path || '[' || (a.idx - 1) || ']', 200), null::text, a.value
+            from jsonb_array_elements(
+                case when jsonb_typeof(w.value) = 'array' then w.value else '[]'::jsonb end
+            ) with ordinality as a (value, idx)
+        ) as child (path, key, value)
+    ),
+
+    keys as (
+        select
+            w.path,
+            keel.fold_key(w.key) as folded
+        from walk as w
+        where w.key is not null
+    )
+
+    select k.path into v_path
+    from keys as k
+    inner join keel.redaction_rules as r
+        on (r.match = 'exact' and k.folded = r.pattern)
+        or (r.match = 'contains' and strpos(k.folded, r.pattern) > 0)
+        or (r.match = 'suffix' and right(k.folded, char_length(r.pattern)) = r.pattern)
+    order by k.path
+    limit 1;
+    if v_path is not null then
+        raise exception using
+            errcode = '22K02',
+            message = format('%s key %s may carry a secret', p_what, v_path),
+            detail = 'Keys listed in keel.redaction_rules are refused at any depth; the value was not stored.',
+            hint = 'Drop the key, or store a reference to a secret manager instead of the secret.';
+    end if;
+end;
+$$;
+
+comment on function keel.check_payload(text, jsonb, text) is
+'Raises payload_rejected (22K02) when a payload nests deeper than settings.max_payload_depth (checked first), is larger than the settings row named by p_limit_setting, or has a key at any depth whose keel.fold_key form matches keel.redaction_rules. p_what names the payload in the message; the message names the key path, never a value (G9).';
