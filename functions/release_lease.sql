@@ -19,7 +19,7 @@ begin
     perform keel.require_tenant(p_tenant_id);
     v_task := keel.lock_task(p_tenant_id, p_task_id);
     perform keel.assert_lease(v_task, p_fencing_token, v_now);
-    v_wake_at := coalesce(p_wake_at, v_now);
+    v_wake_at := keel.check_wake_at(p_wake_at, v_now);
 
     update keel.tasks as t
     set
@@ -35,4 +35,4 @@ end;
 $$;
 
 comment on function keel.release_lease(uuid, uuid, bigint, timestamptz) is
-'Releases a valid lease; the task is due again at p_wake_at (default now). The fencing token is not reset: the next claim gets a higher one.';
+'Releases a valid lease; the task is due again at p_wake_at (default now; see keel.check_wake_at). The fencing token is not reset: the next claim gets a higher one.';

@@ -24,12 +24,20 @@ begin
 end;
 $$;
 
--- keel.claim_next_task scans every tenant for due tasks. It runs as keel_owner and
--- switches the flag on for that one unlocked scan; no other role is named here.
+-- keel.claim_next_task scans every tenant for the oldest due task and locks it (SELECT
+-- FOR UPDATE needs both a SELECT and an UPDATE policy). It runs as keel_owner and switches
+-- the flag on for that one statement; no other role is named here, and the UPDATE policy
+-- admits no new row of its own (with check false): writes still need the tenant context.
 drop policy if exists tasks_claim_scan on keel.tasks;
 create policy tasks_claim_scan on keel.tasks
 for select to keel_owner
 using (current_setting('keel.scan_all_tenants', true) = 'on');
+
+drop policy if exists tasks_claim_lock on keel.tasks;
+create policy tasks_claim_lock on keel.tasks
+for update to keel_owner
+using (current_setting('keel.scan_all_tenants', true) = 'on')
+with check (false);
 
 -- Auditors read the history of every tenant.
 drop policy if exists task_events_auditor on keel.task_events;
