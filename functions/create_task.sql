@@ -19,11 +19,17 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_task_id uuid := coalesce(p_task_id, keel.uuid_v7());
-    v_actor text := coalesce(p_actor, current_user);
+    v_actor text := session_user;  -- the login, whatever role the function runs as
+    v_wake_at timestamptz;
     v_initial_state text;
     v_task keel.tasks;
 begin
     perform keel.require_tenant(p_tenant_id);
+    if p_metadata is not null and jsonb_typeof(p_metadata) <> 'object' then
+        raise exception using errcode = '22K01', message = 'task metadata must be a jsonb object';
+    end if;
+    perform keel.check_payload('task metadata', p_metadata, 'max_task_metadata_bytes');
+    v_wake_at := keel.check_wake_at(p_wake_at, v_now);
     perform 1 from keel.tenants as t where t.tenant_id = p_tenant_id;
     if not found then
         raise exception using
@@ -47,22 +53,22 @@ begin
     )
     values (
         p_tenant_id, v_task_id, p_workflow, p_workflow_version, v_initial_state, 1,
-        1, coalesce(p_wake_at, v_now), coalesce(p_metadata, '{}'), p_trace_id, p_span_id,
+        1, v_wake_at, coalesce(p_metadata, '{}'), p_trace_id, p_span_id,
         v_now, v_now
     )
     returning * into v_task;
 
     insert into keel.task_events (
         tenant_id, task_id, seq, event_type, from_state, to_state, state_version,
-        actor, trace_id, span_id, created_at
+        actor, claimed_actor, trace_id, span_id, created_at
     )
     values (
         p_tenant_id, v_task_id, 1, 'created', null, v_initial_state, 1,
-        v_actor, p_trace_id, p_span_id, v_now
+        v_actor, p_actor, p_trace_id, p_span_id, v_now
     );
     return v_task;
 end;
 $$;
 
 comment on function keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text) is
-'Creates a task in the initial state of its workflow version, due at p_wake_at (default now), and writes its first event (seq 1, type created) in the same transaction.';
+'Creates a task in the initial state of its workflow version, due at p_wake_at (default now; see keel.check_wake_at), and writes its first event (seq 1, type created, actor the login, p_actor as claimed_actor) in the same transaction. Metadata passes keel.check_payload (G9).';

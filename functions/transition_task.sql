@@ -23,7 +23,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_now timestamptz := clock_timestamp();
-    v_actor text := coalesce(p_actor, current_user);
+    v_actor text := session_user;  -- the login, whatever role the function runs as
     v_task keel.tasks;
     v_from_state text;
     v_next_version bigint;
@@ -31,7 +31,8 @@ declare
     v_terminal boolean;
     v_keep_lease boolean;
     v_wake_at timestamptz;
-    v_bad jsonb;
+    v_message jsonb;
+    v_position integer;
 begin
     perform keel.require_tenant(p_tenant_id);
     if p_expected_version is null or p_to_state is null then
@@ -42,25 +43,25 @@ begin
     if p_payload is null or jsonb_typeof(p_payload) <> 'object' then
         raise exception using errcode = '22K01', message = 'event payload must be a jsonb object';
     end if;
-    perform keel.check_event_payload(p_payload);
+    perform keel.check_payload('event payload', p_payload, 'max_event_payload_bytes');
     if p_outbox is null or jsonb_typeof(p_outbox) <> 'array' then
         raise exception using
             errcode = '22K01',
             message = 'outbox must be a jsonb array of messages';
     end if;
-    select m.value into v_bad
-    from jsonb_array_elements(p_outbox) as m (value)
-    where jsonb_typeof(m.value) <> 'object'
-        or jsonb_typeof(m.value -> 'topic') is distinct from 'string'
-        or (m.value ? 'key' and jsonb_typeof(m.value -> 'key') <> 'string')
-        or (m.value ? 'headers' and jsonb_typeof(m.value -> 'headers') <> 'object')
-    limit 1;
-    if found then
-        raise exception using
-            errcode = '22K01',
-            message = 'each outbox message must be an object with a string "topic"',
-            detail = 'Optional members: "key" (string), "payload" (any json), "headers" (object).';
-    end if;
+    for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
+        if jsonb_typeof(v_message) <> 'object'
+            or jsonb_typeof(v_message -> 'topic') is distinct from 'string'
+            or (v_message ? 'key' and jsonb_typeof(v_message -> 'key') <> 'string')
+            or (v_message ? 'headers' and jsonb_typeof(v_message -> 'headers') <> 'object') then
+            raise exception using
+                errcode = '22K01',
+                message = 'each outbox message must be an object with a string "topic"',
+                detail = 'Optional members: "key" (string), "payload" (any json), "headers" (object).';
+        end if;
+        perform keel.check_payload('outbox message', v_message, 'max_outbox_message_bytes');
+    end loop;
+    v_wake_at := keel.check_wake_at(p_wake_at, v_now);
 
     v_task := keel.lock_task(p_tenant_id, p_task_id);
 
@@ -70,6 +71,7 @@ begin
         perform keel.assert_lease(v_task, p_fencing_token, v_now);
     end if;
 
+    -- The row is locked: this check cannot go stale before the update below.
     if v_task.state_version <> p_expected_version then
         raise exception using
             errcode = '55K01',
@@ -110,71 +112,55 @@ begin
     v_seq := v_task.last_event_seq + 1;
     v_keep_lease := p_fencing_token is not null and not v_terminal
         and not coalesce(p_release_lease, false);
-    v_wake_at := case
-        when v_terminal then null
-        when v_keep_lease then v_task.lease_expires_at
-        else coalesce(p_wake_at, v_now)
-    end;
+    if v_terminal then
+        v_wake_at := null;
+    elsif v_keep_lease then
+        v_wake_at := v_task.lease_expires_at;
+    end if;
 
-    if v_keep_lease then
-        update keel.tasks as t
-        set
-            state = p_to_state,
-            state_version = v_next_version,
-            last_event_seq = v_seq,
-            current_step = coalesce(p_current_step, t.current_step),
-            updated_at = v_now
-        where t.tenant_id = p_tenant_id
-            and t.task_id = p_task_id
-            and t.state_version = p_expected_version
-        returning t.* into v_task;
-    else
-        update keel.tasks as t
-        set
-            state = p_to_state,
-            state_version = v_next_version,
-            last_event_seq = v_seq,
-            current_step = coalesce(p_current_step, t.current_step),
-            wake_at = v_wake_at,
-            lease_owner = null,
-            lease_acquired_at = null,
-            lease_expires_at = null,
-            updated_at = v_now
-        where t.tenant_id = p_tenant_id
-            and t.task_id = p_task_id
-            and t.state_version = p_expected_version
-        returning t.* into v_task;
-    end if;
-    if not found then
-        raise exception using
-            errcode = '55K01',
-            message = format('stale state on task %s', p_task_id),
-            detail = format('Expected state_version %s.', p_expected_version);
-    end if;
+    update keel.tasks as t
+    set
+        state = p_to_state,
+        state_version = v_next_version,
+        last_event_seq = v_seq,
+        current_step = coalesce(p_current_step, v_task.current_step),
+        wake_at = v_wake_at,
+        lease_owner = case when v_keep_lease then v_task.lease_owner end,
+        lease_acquired_at = case when v_keep_lease then v_task.lease_acquired_at end,
+        lease_expires_at = case when v_keep_lease then v_task.lease_expires_at end,
+        updated_at = v_now
+    where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+    returning t.* into v_task;
 
     insert into keel.task_events (
         tenant_id, task_id, seq, event_type, from_state, to_state, state_version, actor,
-        policy_version, fencing_token, payload, trace_id, span_id, created_at
+        claimed_actor, policy_version, fencing_token, payload, trace_id, span_id, created_at
     )
     values (
         p_tenant_id, p_task_id, v_seq, p_event_type, v_from_state, p_to_state, v_next_version,
-        v_actor, p_policy_version, p_fencing_token, p_payload, v_task.trace_id, v_task.span_id,
-        v_now
+        v_actor, p_actor, p_policy_version, p_fencing_token, p_payload, v_task.trace_id,
+        v_task.span_id, v_now
     );
 
-    insert into keel.outbox (
-        tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
-        available_at, created_at
-    )
-    select
-        p_tenant_id, p_task_id, v_seq, m.position::integer, m.value ->> 'topic',
-        m.value ->> 'key', coalesce(m.value -> 'payload', 'null'::jsonb),
-        coalesce(m.value -> 'headers', '{}'::jsonb), v_now, v_now
-    from jsonb_array_elements(p_outbox) with ordinality as m (value, position);
+    -- One single-row insert per message: an INSERT ... SELECT into a distributed table
+    -- is shipped with COPY on Citus, which row-level security refuses.
+    v_position := 0;
+    for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
+        v_position := v_position + 1;
+        insert into keel.outbox (
+            tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
+            available_at, created_at
+        )
+        values (
+            p_tenant_id, p_task_id, v_seq, v_position, v_message ->> 'topic',
+            v_message ->> 'key', coalesce(v_message -> 'payload', 'null'::jsonb),
+            coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now
+        );
+    end loop;
 
     return v_task;
 end;
 $$;
 
 comment on function keel.transition_task(uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz) is
-'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction; on any error nothing is written. Entering a terminal state ends the lease.';
+'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction; on any error nothing is written. Entering a terminal state ends the lease. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload (G9); p_wake_at passes keel.check_wake_at.';

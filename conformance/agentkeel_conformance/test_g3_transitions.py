@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 
+import psycopg
 import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import IllegalTransition, InvalidArgument, StaleState, TaskNotClaimable
+from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
 from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G3")
@@ -31,11 +33,29 @@ def test_a_legal_transition_bumps_the_version_and_writes_one_event(keel, tenant,
         (1, None, "queued", 1),
         (2, "queued", "running", 2),
     ]
-    assert (events[1].actor, events[1].policy_version, events[1].payload) == (
+    assert (events[1].claimed_actor, events[1].policy_version, events[1].payload) == (
         "planner",
         "p-7",
         {"reason": "picked"},
     )
+
+
+def test_events_name_the_login_and_keep_the_callers_label_apart(keel, tenant, workflow, login_role):
+    """The actor is session_user, never the definer (keel_owner) nor what the caller says.
+    Mutation: actor_from_caller."""
+    agent, app = login_role("keel_agent"), login_role("keel_app")
+    with psycopg.connect(app.dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        task = Keel(conn).create_task(
+            tenant, workflow.name, workflow.version, actor="the-app-says-admin"
+        )
+    token = keel.mint_tenant_token(tenant)
+    with psycopg.connect(agent.dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        Keel(conn, token).transition_task(tenant, task.task_id, 1, "running", actor="keel_owner")
+    events = keel.task_events(tenant, task.task_id)
+    assert [(e.actor, e.claimed_actor) for e in events] == [
+        (app.name, "the-app-says-admin"),
+        (agent.name, "keel_owner"),
+    ]
 
 
 def test_a_stale_version_is_refused_and_nothing_is_written(keel, connect, tenant, new_task):
