@@ -10,10 +10,13 @@ grant usage on schema keel to keel_app, keel_worker, keel_relay, keel_agent, kee
 -- Reads. Rows are filtered by the tenant_isolation policies.
 grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox
 to keel_app, keel_worker;
-grant select on keel.tasks, keel.task_events, keel.operations to keel_agent;
 grant select on keel.task_events to keel_auditor;
 grant select on keel.workflows, keel.workflow_transitions
-to keel_app, keel_worker, keel_agent, keel_auditor;
+to keel_app, keel_worker, keel_auditor;
+-- keel_agent has no table privilege at all: it reads through the functions below, which
+-- take no free-form predicate, so it cannot EXPLAIN its way to other tenants' planner
+-- statistics (most common values, histograms). The policies stay as the second wall.
+revoke all on all tables in schema keel from keel_agent;
 grant select on keel.settings, keel.redaction_rules to keel_app, keel_worker;
 
 -- Evaluated inside the RLS policies, so every role that reads needs them.
@@ -41,6 +44,10 @@ to keel_worker;
 
 -- Everyone who acts on a task: every write is guarded, fenced and tenant-checked.
 grant execute on function
+keel.get_task(uuid, uuid),
+keel.list_tasks(uuid, text, uuid, integer),
+keel.task_history(uuid, uuid, bigint, integer),
+keel.get_operation(uuid, uuid),
 keel.renew_lease(uuid, uuid, bigint, interval),
 keel.release_lease(uuid, uuid, bigint, timestamptz),
 keel.transition_task(

@@ -7,6 +7,7 @@ trusted with a plain context, but still writes only through the guarded function
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,8 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentkeel.client import Keel, Task, set_tenant_context
+from agentkeel.client import Keel, Task, set_tenant_context, set_tenant_token
 from agentkeel.errors import (
+    InvalidArgument,
     InvalidTenantToken,
     TaskNotFound,
     TenantContextMismatch,
@@ -30,7 +32,16 @@ from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
 pytestmark = pytest.mark.guarantee("G1")
 
 TENANT_TABLES = ("tenants", "tasks", "task_events", "operations", "outbox")
-AGENT_READABLE = ("tasks", "task_events", "operations")
+
+OWN_TASKS = "select tenant_id from keel.list_tasks(%s)"
+
+# What an agent may read, and only like this: functions with no free-form predicate.
+AGENT_READS = {
+    "get_task": lambda k, s: k.get_task(s.tenant, s.task.task_id),
+    "list_tasks": lambda k, s: k.list_tasks(s.tenant),
+    "task_history": lambda k, s: k.task_events(s.tenant, s.task.task_id),
+    "get_operation": lambda k, s: k.get_operation(s.tenant, s.operation_id),
+}
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,7 @@ class World:
 
 def _populate(keel: Keel, tenant: uuid.UUID, workflow: Any, key: str) -> Side:
     task = keel.create_task(
-        tenant, workflow.name, workflow.version, metadata={"secret_of": str(tenant)}
+        tenant, workflow.name, workflow.version, metadata={"owned_by": str(tenant)}
     )
     claimed = keel.claim_lease(tenant, task.task_id, "setup", timedelta(minutes=10))
     op = keel.reserve_operation(
@@ -91,7 +102,7 @@ def agent(world: World) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
     ) -> list[tuple[Any, ...]]:
         with conn.transaction():
             if token is not None:
-                conn.execute(sql.SQL("set local keel.tenant_token = {}").format(sql.Literal(token)))
+                set_tenant_token(conn, token)
             for stmt in setup:
                 conn.execute(stmt.encode())
             cur = conn.execute(query if not isinstance(query, str) else query.encode(), params)
@@ -110,68 +121,143 @@ def agent_keel(world: World, token: str | None) -> Keel:
 # -- reads ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("table", AGENT_READABLE)
-def test_the_agent_reads_only_its_own_tenant(world, agent, table):
-    rows = agent(f"select tenant_id from keel.{table}")
-    assert rows and {r[0] for r in rows} == {world.a.tenant}
+@pytest.mark.parametrize("read", sorted(AGENT_READS))
+def test_the_agent_reads_its_own_tenant_through_functions(world, read):
+    rows = AGENT_READS[read](agent_keel(world, world.a.token), world.a)
+    rows = rows if isinstance(rows, list) else [rows]
+    assert rows and {r.tenant_id for r in rows} == {world.a.tenant}
 
 
-@pytest.mark.parametrize("table", AGENT_READABLE)
-def test_the_agent_cannot_find_the_other_tenants_rows_by_id(world, agent, table):
-    assert agent(f"select * from keel.{table} where tenant_id = %s", (world.b.tenant,)) == []
+@pytest.mark.parametrize("read", sorted(AGENT_READS))
+def test_the_agent_cannot_read_the_other_tenant_through_functions(world, read):
+    with pytest.raises(TenantContextMismatch):
+        AGENT_READS[read](agent_keel(world, world.a.token), world.b)
+
+
+def test_the_other_tenants_ids_find_nothing_in_ones_own_tenant(world):
+    keel = agent_keel(world, world.a.token)
+    assert keel.get_task(world.a.tenant, world.b.task.task_id) is None
+    assert keel.task_events(world.a.tenant, world.b.task.task_id) == []
+    assert keel.get_operation(world.a.tenant, world.b.operation_id) is None
+
+
+@pytest.mark.parametrize("read", sorted(AGENT_READS))
+def test_without_a_token_the_agents_reads_fail_closed(world, read):
+    with pytest.raises(TenantContextMissing):
+        AGENT_READS[read](agent_keel(world, None), world.a)
+
+
+def test_the_agent_login_has_no_privilege_on_any_relation_in_keel(world, connect, login_role):
+    """Mutation: agent_table_select. Tables, views, sequences, columns: nothing."""
+    agent = login_role("keel_agent").name
+    rows = (
+        connect(owner=True)
+        .execute(
+            "select c.relname from pg_class as c join pg_namespace as n on n.oid = c.relnamespace"
+            " where n.nspname = 'keel' and ("
+            "  (c.relkind = 'S' and has_sequence_privilege(%(r)s, c.oid, 'USAGE,SELECT,UPDATE'))"
+            "  or (c.relkind <> 'S' and c.relkind in ('r', 'p', 'v', 'm', 'f') and ("
+            "   has_table_privilege(%(r)s, c.oid,"
+            "    'SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER')"
+            "   or has_any_column_privilege(%(r)s, c.oid, 'SELECT,INSERT,UPDATE,REFERENCES'))))",
+            {"r": agent},
+        )
+        .fetchall()
+    )
+    assert rows == []
 
 
 @pytest.mark.parametrize(
-    "table", ["tenants", "outbox", "tenant_token_keys", "settings", "migration_history"]
+    "table",
+    [
+        "tenants",
+        "tasks",
+        "task_events",
+        "operations",
+        "outbox",
+        "tenant_token_keys",
+        "settings",
+        "migration_history",
+        "workflows",
+    ],
 )
-def test_the_agent_cannot_read_tables_it_was_not_granted(agent, table):
+def test_the_agent_cannot_read_tables(agent, table):
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent(f"select * from keel.{table}")
 
 
-def test_without_a_token_the_agent_sees_nothing(agent):
-    for table in AGENT_READABLE:
-        assert agent(f"select * from keel.{table}", token=None) == []
-
-
 def test_a_plain_tenant_id_is_ignored_for_the_agent(world, agent):
     setup = (f"set local keel.tenant_id = '{world.b.tenant}'",)
-    assert agent("select * from keel.tasks", token=None, setup=setup) == []
-    rows = agent("select tenant_id from keel.tasks", setup=setup)
+    with pytest.raises(psycopg.Error) as info:
+        agent("select * from keel.list_tasks(%s)", (world.b.tenant,), token=None, setup=setup)
+    assert info.value.sqlstate == "42K01"
+    rows = agent("select tenant_id from keel.list_tasks(%s)", (world.a.tenant,), setup=setup)
     assert {r[0] for r in rows} == {world.a.tenant}
 
 
 def test_set_config_does_not_switch_the_agents_tenant(world, agent):
     setup = (f"select set_config('keel.tenant_id', '{world.b.tenant}', false)",)
-    rows = agent("select tenant_id from keel.tasks", setup=setup)
+    rows = agent("select tenant_id from keel.list_tasks(%s)", (world.a.tenant,), setup=setup)
     assert {r[0] for r in rows} == {world.a.tenant}
+    with pytest.raises(psycopg.Error) as info:
+        agent("select * from keel.list_tasks(%s)", (world.b.tenant,), setup=setup)
+    assert info.value.sqlstate == "42K06"
 
 
 @pytest.mark.parametrize(
     "statement",
-    ["copy keel.tasks (tenant_id) to stdout", "copy (select tenant_id from keel.tasks) to stdout"],
+    [
+        "copy keel.tasks (tenant_id) to stdout",
+        "copy (select tenant_id from keel.tasks) to stdout",
+        "copy keel.tasks (tenant_id) from stdin",
+    ],
 )
-def test_copy_out_honours_the_tenant(world, statement):
+def test_copy_is_refused(world, statement):
     with psycopg.connect(world.agent_dsn, options=CONNECTION_OPTIONS) as conn:
-        conn.execute(sql.SQL("set local keel.tenant_token = {}").format(sql.Literal(world.a.token)))
-        with conn.cursor().copy(statement.encode()) as copy:
-            data = b"".join(bytes(chunk) for chunk in copy)
-    assert data.decode().split() == [str(world.a.tenant)]
-
-
-def test_copy_in_is_refused(world):
-    with psycopg.connect(world.agent_dsn, options=CONNECTION_OPTIONS) as conn:
-        conn.execute(sql.SQL("set local keel.tenant_token = {}").format(sql.Literal(world.a.token)))
+        set_tenant_token(conn, world.a.token)
         with (
             pytest.raises(psycopg.errors.InsufficientPrivilege),
-            conn.cursor().copy(b"copy keel.tasks (tenant_id) from stdin") as copy,
+            conn.cursor().copy(statement.encode()) as copy,
         ):
-            copy.write_row([world.b.tenant])
+            for _ in copy:
+                pass
 
 
 def test_table_statistics_do_not_leak_other_tenants_values(world, connect, agent):
     connect(owner=True).execute("analyze keel.tasks")
     assert agent("select attname from pg_stats where schemaname = 'keel'") == []
+
+
+def test_explain_estimates_reveal_no_value_only_another_tenant_has(world, keel, connect, agent):
+    """The planner uses every tenant's statistics: with any table access, the row estimate
+    for a value only tenant B wrote (an event type) differs from one nobody wrote.
+    Mutation: agent_table_select."""
+    task = world.b.task
+    version, token = task.state_version, task.fencing_token
+    for i in range(30):
+        target = "waiting" if i % 2 == 0 else "running"
+        keel.transition_task(
+            world.b.tenant,
+            task.task_id,
+            version,
+            target,
+            fencing_token=token,
+            event_type="b-only-event-type",
+        )
+        version += 1
+    connect(owner=True).execute("analyze keel.task_events")
+
+    def estimate(value: str) -> float | str:
+        try:
+            plan = agent(
+                "explain (format json) select * from keel.task_events where event_type = %s",
+                (value,),
+            )
+        except psycopg.errors.InsufficientPrivilege:
+            return "refused"
+        return float(plan[0][0][0]["Plan"]["Plan Rows"])
+
+    assert estimate("b-only-event-type") == estimate("no-tenant-wrote-this")
 
 
 # -- writes --------------------------------------------------------------------------
@@ -290,7 +376,7 @@ TOKEN_ATTACKS = {
 @pytest.mark.parametrize("attack", sorted(TOKEN_ATTACKS))
 def test_altered_or_forged_tokens_are_refused(world, agent, attack):
     with pytest.raises(psycopg.Error) as info:
-        agent("select * from keel.tasks", token=TOKEN_ATTACKS[attack](world))
+        agent(OWN_TASKS, (world.a.tenant,), token=TOKEN_ATTACKS[attack](world))
     assert info.value.sqlstate == "42K07"
     with pytest.raises(InvalidTenantToken):
         agent_keel(world, TOKEN_ATTACKS[attack](world)).renew_lease(
@@ -300,10 +386,10 @@ def test_altered_or_forged_tokens_are_refused(world, agent, attack):
 
 def test_an_expired_token_is_refused(world, keel, agent):
     short = keel.mint_tenant_token(world.a.tenant, timedelta(seconds=1))
-    assert agent("select count(*) from keel.tasks", token=short)[0][0] >= 1
+    assert agent(OWN_TASKS, (world.a.tenant,), token=short)
     time.sleep(2.1)
     with pytest.raises(psycopg.Error) as info:
-        agent("select * from keel.tasks", token=short)
+        agent(OWN_TASKS, (world.a.tenant,), token=short)
     assert info.value.sqlstate == "42K07"
 
 
@@ -312,12 +398,10 @@ def test_a_retired_key_verifies_nothing(world, keel, agent, connect, throwaway_d
         pytest.skip("retiring signing keys would invalidate live tokens: embedded cluster only")
     connect(owner=True).execute("select keel.rotate_tenant_token_key(true)")
     with pytest.raises(psycopg.Error) as info:
-        agent("select * from keel.tasks", token=world.a.token)
+        agent(OWN_TASKS, (world.a.tenant,), token=world.a.token)
     assert info.value.sqlstate == "42K07"
     fresh = keel.mint_tenant_token(world.a.tenant)
-    assert {r[0] for r in agent("select tenant_id from keel.tasks", token=fresh)} == {
-        world.a.tenant
-    }
+    assert {r[0] for r in agent(OWN_TASKS, (world.a.tenant,), token=fresh)} == {world.a.tenant}
 
 
 def test_the_agent_cannot_read_signing_keys_or_sign(agent):
@@ -345,7 +429,9 @@ def test_the_agent_cannot_become_a_trusted_role(agent, escape):
 def test_reset_role_and_set_role_to_its_own_group_keep_it_untrusted(world, agent):
     for setup in (("reset role",), ("set local role keel_agent",)):
         plain = (*setup, f"set local keel.tenant_id = '{world.b.tenant}'")
-        assert agent("select * from keel.tasks", token=None, setup=plain) == []
+        with pytest.raises(psycopg.Error) as info:
+            agent("select * from keel.list_tasks(%s)", (world.b.tenant,), token=None, setup=plain)
+        assert info.value.sqlstate == "42K01"
 
 
 # -- oracles and side channels -------------------------------------------------------------
@@ -427,3 +513,47 @@ def test_a_malformed_app_context_fails_closed(world):
         with pytest.raises(psycopg.Error) as info:
             conn.execute("select * from keel.tasks").fetchall()
         assert info.value.sqlstate == "22P02"  # invalid_text_representation: no rows, no guess
+
+
+# -- tokens are credentials: never in query text -------------------------------------------
+
+
+def test_no_session_of_the_same_login_sees_the_token_in_pg_stat_activity(world, keel, workflow):
+    """pg_stat_activity.query is visible to every session of the same login: the client
+    sends the token only as a bind parameter. Mutation: token_in_query_text."""
+    secret = world.a.token.split(".")[-1]  # the signature: enough to impersonate
+    seen: list[str] = []
+    stop = threading.Event()
+    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as spy:
+
+        def watch() -> None:
+            while not stop.is_set():
+                seen.extend(
+                    row[0]
+                    for row in spy.execute(
+                        "select query from pg_stat_activity"
+                        " where usename = current_user and pid <> pg_backend_pid()"
+                    )
+                )
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            victim = agent_keel(world, world.a.token)
+            for _ in range(30):
+                victim.get_task(world.a.tenant, world.a.task.task_id)
+                victim.list_tasks(world.a.tenant)
+                victim.task_events(world.a.tenant, world.a.task.task_id)
+        finally:
+            stop.set()
+            watcher.join()
+    assert any("keel." in query for query in seen), "the spy never saw the victim's queries"
+    assert not [query for query in seen if secret in query]
+
+
+def test_token_lifetimes_are_checked_as_timestamps(world, keel):
+    """'1000 years -359999 days' compares as one day (the cap) but lasts 14 years.
+    Mutation: interval_compared."""
+    for ttl in ("1000 years -359999 days", "-1000 years 360001 days", "25 hours"):
+        with pytest.raises(InvalidArgument), keel.transaction(world.a.tenant) as conn:
+            conn.execute("select keel.mint_tenant_token(%s, %s::interval)", (world.a.tenant, ttl))

@@ -1,8 +1,9 @@
 """`agentkeel bench`: what the tenant policy costs per statement and per row.
 
 Two tenants with N tasks each; count(*) of one tenant's tasks as a trusted app login
-(plain context) and as an agent login (signed token), through the primary-key index and
-with a forced sequential scan, against the same count without row-level security.
+(plain context), through the primary-key index and with a forced sequential scan, against
+the same count without row-level security; and an agent login (signed token, sent as a
+bind parameter), which has no table access, reading pages through keel.list_tasks.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ class Measurement:
         return self.best_ms * 1000 / self.rows_scanned
 
 
-def _best(dsn: str, setup: str, query: str, repeats: int) -> float:
+Setup = tuple[tuple[str, tuple[object, ...]], ...]
+
+
+def _best(dsn: str, setup: Setup, query: str, repeats: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         best = float("inf")
         for _ in range(repeats):
             with conn.transaction():
-                conn.execute(setup.encode())
+                for statement, params in setup:
+                    conn.execute(statement.encode(), params or None)
                 started = time.perf_counter()
                 conn.execute(query.encode()).fetchall()
                 best = min(best, time.perf_counter() - started)
@@ -63,33 +68,42 @@ def run(dsn: str, rows: int = 50_000, repeats: int = 3) -> list[Measurement]:
                 )
         owner.execute("analyze keel.tasks")
         token = keel.mint_tenant_token(a)
-        for role, group in ((app, "keel_app"), (agent, "keel_agent")):
-            owner.execute(
-                sql.SQL("create role {} login in role {}").format(
-                    sql.Identifier(role), sql.Identifier(group)
-                )
-            )
     try:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            for role, group in ((app, "keel_app"), (agent, "keel_agent")):
+                owner.execute(
+                    sql.SQL("create role {} login in role {}").format(
+                        sql.Identifier(role), sql.Identifier(group)
+                    )
+                )
         as_app = conninfo.make_conninfo(dsn, user=app)
         as_agent = conninfo.make_conninfo(dsn, user=agent)
-        plain = f"set local keel.tenant_id = '{a}'"
-        signed = f"set local keel.tenant_token = '{token}'"
+        plain: Setup = ((f"set local keel.tenant_id = '{a}'", ()),)
+        signed: Setup = (("select set_config('keel.tenant_token', %s, true)", (token,)),)
+        seq_scan: Setup = ((SEQ_SCAN, ()),)
         count = "select count(*) from keel.tasks"
-        cases = [
+        page = min(rows, 1000)
+        cases: list[tuple[str, str, Setup, str, int]] = [
             (
                 "no RLS (owner, explicit tenant_id), sequential scan",
                 dsn,
-                SEQ_SCAN,
+                seq_scan,
                 f"{count} where tenant_id = '{a}'",
+                2 * rows,
             ),
-            ("app, plain context, primary-key index", as_app, plain, count),
-            ("app, plain context, sequential scan", as_app, f"{plain}; {SEQ_SCAN}", count),
-            ("agent, signed token, primary-key index", as_agent, signed, count),
-            ("agent, signed token, sequential scan", as_agent, f"{signed}; {SEQ_SCAN}", count),
+            ("app, plain context, primary-key index", as_app, plain, count, 2 * rows),
+            ("app, plain context, sequential scan", as_app, plain + seq_scan, count, 2 * rows),
+            (
+                f"agent, signed token, keel.list_tasks page of {page}",
+                as_agent,
+                signed,
+                f"select count(*) from keel.list_tasks('{a}', p_limit => {page})",
+                page,
+            ),
         ]
         return [
-            Measurement(case, _best(target, setup, query, repeats), 2 * rows)
-            for case, target, setup, query in cases
+            Measurement(case, _best(target, setup, query, repeats), scanned)
+            for case, target, setup, query, scanned in cases
         ]
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:

@@ -1,8 +1,10 @@
 """A thin typed client over the keel function API (psycopg 3).
 
 Every call runs in a transaction (a savepoint inside yours) that first sets the
-tenant context with SET LOCAL, so a pooled connection never carries it into the
-next transaction. Database errors with an agentkeel SQLSTATE are raised as the
+tenant context for that transaction alone, so a pooled connection never carries it into
+the next one. A tenant token is a credential: it is sent only as a bind parameter,
+never in query text (which pg_stat_activity shows to every session of the same
+login). Database errors with an agentkeel SQLSTATE are raised as the
 matching agentkeel.errors class.
 """
 
@@ -64,6 +66,7 @@ class TaskEvent:
     to_state: str
     state_version: int
     actor: str
+    claimed_actor: str | None
     policy_version: str | None
     fencing_token: int | None
     payload: Json
@@ -143,6 +146,11 @@ def set_tenant_context(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
     conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
 
 
+def set_tenant_token(conn: psycopg.Connection, token: str) -> None:
+    """The agent's signed token for the current transaction, as a bind parameter only."""
+    conn.execute("select set_config('keel.tenant_token', %s, true)", (token,))
+
+
 def _adapt(value: Any) -> Any:
     if isinstance(value, dict | list):
         return Jsonb(value)
@@ -166,11 +174,7 @@ class Keel:
         """A transaction (or savepoint) with the tenant context set for it alone."""
         with keel_errors(), self.conn.transaction():
             if self.tenant_token is not None:
-                self.conn.execute(
-                    sql.SQL("set local keel.tenant_token = {}").format(
-                        sql.Literal(self.tenant_token)
-                    )
-                )
+                set_tenant_token(self.conn, self.tenant_token)
             elif tenant_id is not None:
                 set_tenant_context(self.conn, tenant_id)
             yield self.conn
@@ -284,20 +288,40 @@ class Keel:
         )
 
     def get_task(self, tenant_id: uuid.UUID, task_id: uuid.UUID) -> Task | None:
-        with self.transaction(tenant_id) as conn:
-            cur = conn.cursor(row_factory=dataclass_row(Task))
-            return cur.execute(
-                "select * from keel.tasks where tenant_id = %s and task_id = %s",
-                (tenant_id, task_id),
-            ).fetchone()
+        rows = self._call("get_task", Task, tenant_id, {"tenant_id": tenant_id, "task_id": task_id})
+        return rows[0] if rows else None
+
+    def list_tasks(
+        self,
+        tenant_id: uuid.UUID,
+        *,
+        state: str | None = None,
+        after_task_id: uuid.UUID | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        """One page of the tenant's tasks in task_id order; pass the last id for the next."""
+        return self._call(
+            "list_tasks",
+            Task,
+            tenant_id,
+            {"tenant_id": tenant_id},
+            {"state": state, "after_task_id": after_task_id, "limit": limit},
+        )
 
     def task_events(self, tenant_id: uuid.UUID, task_id: uuid.UUID) -> list[TaskEvent]:
-        with self.transaction(tenant_id) as conn:
-            cur = conn.cursor(row_factory=dataclass_row(TaskEvent))
-            return cur.execute(
-                "select * from keel.task_events where tenant_id = %s and task_id = %s order by seq",
-                (tenant_id, task_id),
-            ).fetchall()
+        """Every event of the task in seq order (read page by page)."""
+        events: list[TaskEvent] = []
+        while True:
+            page = self._call(
+                "task_history",
+                TaskEvent,
+                tenant_id,
+                {"tenant_id": tenant_id, "task_id": task_id},
+                {"after_seq": events[-1].seq if events else None, "limit": 1000},
+            )
+            events.extend(page)
+            if len(page) < 1000:
+                return events
 
     def transition_task(
         self,
@@ -465,9 +489,10 @@ class Keel:
         )
 
     def get_operation(self, tenant_id: uuid.UUID, operation_id: uuid.UUID) -> Operation | None:
-        with self.transaction(tenant_id) as conn:
-            cur = conn.cursor(row_factory=dataclass_row(Operation))
-            return cur.execute(
-                "select * from keel.operations where tenant_id = %s and operation_id = %s",
-                (tenant_id, operation_id),
-            ).fetchone()
+        rows = self._call(
+            "get_operation",
+            Operation,
+            tenant_id,
+            {"tenant_id": tenant_id, "operation_id": operation_id},
+        )
+        return rows[0] if rows else None
