@@ -1,0 +1,175 @@
+"""The citus family: the rules of CITUS.md §(c) that can be decided from the files."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from pglast.enums import ConstrType
+
+from agentkeel.distribute import LOCAL_TABLES
+from agentkeel.lint.core import Finding, SqlFile, Table, constraints, kind, names, qualified
+
+STATEMENT = re.compile(r"(?is)\b(select|update|delete|insert)\b.*?;")
+TENANT_FILTER = re.compile(r"tenant_id\s*=\s*[pv]_\w+|tenant_id\s*=\s*\(?[pv]_", re.IGNORECASE)
+ROW_LOCK = re.compile(
+    r"\bfor\s+(update|no\s+key\s+update|share|key\s+share)\b|skip\s+locked|nowait", re.I
+)
+VOLATILE = re.compile(
+    r"\b(now|clock_timestamp|statement_timestamp|random|gen_random_uuid|"
+    r"current_setting|nextval|uuid_generate_\w+)\s*\(",
+    re.IGNORECASE,
+)
+
+
+def _bodies(f: SqlFile) -> Iterator[tuple[str, int]]:
+    """(PL/pgSQL body, its first line) of each function created in the file."""
+    for stmt, _ in f.statements:
+        if kind(stmt) != "CreateFunctionStmt":
+            continue
+        for option in stmt.options or ():
+            if option.defname == "as":
+                body = option.arg[0].sval
+                start = f.text.find(body)
+                yield body, f.line_of(start) if start >= 0 else 1
+
+
+def check_citus(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Finding]:
+    tenant_names = {t.name for t in known.values() if t.tenant}
+    shared_names = {t.name for t in known.values() if t.name not in LOCAL_TABLES}
+    for f in files:
+        for match in re.finditer(r"set_config\s*\(\s*'keel\.", f.text, re.IGNORECASE):
+            yield Finding(
+                f.name,
+                f.line_of(match.start()),
+                "citus.set_config",
+                "set_config('keel.…') does not reach the workers: use SET LOCAL",
+            )
+        for match in re.finditer(r"(?im)^\s*set\s+(?!local\b)(session\s+)?keel\.", f.text):
+            yield Finding(
+                f.name,
+                f.line_of(match.start()),
+                "citus.set_config",
+                "a session-level SET keel.… outlives the transaction: use SET LOCAL",
+            )
+        for match in re.finditer(
+            r"\bpg_(try_)?advisory_\w+|pg_current_xact_id|txid_current|"
+            r"pg_xact_status|pg_current_snapshot",
+            f.text,
+            re.IGNORECASE,
+        ):
+            yield Finding(
+                f.name,
+                f.line_of(match.start()),
+                "citus.node_local",
+                f"{match.group(0)} is per node: no correctness may depend on it",
+            )
+        for stmt, line in f.statements:
+            if kind(stmt) in ("CreateStmt", "AlterTableStmt"):
+                owner = known.get(qualified(stmt.relation))
+                for con, _column in constraints(stmt):
+                    if con.contype in (
+                        ConstrType.CONSTR_NOTNULL,
+                        ConstrType.CONSTR_NULL,
+                        ConstrType.CONSTR_DEFAULT,
+                    ):
+                        continue
+                    if not con.conname:
+                        yield Finding(
+                            f.name,
+                            line,
+                            "citus.named_constraints",
+                            f"{qualified(stmt.relation)}: every constraint needs a name",
+                        )
+                    if con.contype == ConstrType.CONSTR_FOREIGN:
+                        if con.fk_del_action in ("n", "d") or con.fk_upd_action not in (
+                            "a",
+                            "r",
+                            " ",
+                            "",
+                        ):
+                            yield Finding(
+                                f.name,
+                                line,
+                                "citus.fk_actions",
+                                f"{con.conname}: only CASCADE, RESTRICT or NO ACTION on "
+                                "delete, and no ON UPDATE action",
+                            )
+                        target = known.get(qualified(con.pktable))
+                        if (
+                            owner is not None
+                            and not owner.tenant
+                            and target is not None
+                            and target.tenant
+                        ):
+                            yield Finding(
+                                f.name,
+                                line,
+                                "citus.global_references_tenant",
+                                f"{owner.name} (global) references tenant table {target.name}",
+                            )
+            if kind(stmt) == "CreateStmt":
+                for elt in stmt.tableElts or ():
+                    if kind(elt) != "ColumnDef":
+                        continue
+                    type_name = names(elt.typeName.names)[-1]
+                    identity = any(
+                        c.contype == ConstrType.CONSTR_IDENTITY for c in elt.constraints or ()
+                    )
+                    if (
+                        type_name
+                        in ("serial", "smallserial", "bigserial", "serial4", "serial8", "xid8")
+                        or identity
+                    ):
+                        yield Finding(
+                            f.name,
+                            line,
+                            "citus.serial",
+                            f"{qualified(stmt.relation)}.{elt.colname}: {type_name}"
+                            f"{' identity' if identity else ''} columns do not order across nodes",
+                        )
+        for body, first in _bodies(f):
+            for match in STATEMENT.finditer(body):
+                text = match.group(0)
+                line = first + body.count("\n", 0, match.start())
+                touched = [t for t in tenant_names if re.search(rf"\b{re.escape(t)}\b", text)]
+                if (
+                    touched
+                    and not TENANT_FILTER.search(text)
+                    and match.group(1).lower() != "insert"
+                ) and "citus.tenant_filter" not in f.allowed:
+                    yield Finding(
+                        f.name,
+                        line,
+                        "citus.tenant_filter",
+                        f"a statement on {touched[0]} without tenant_id = <parameter>",
+                    )
+                if (
+                    touched
+                    and ROW_LOCK.search(text)
+                    and (
+                        not TENANT_FILTER.search(text)
+                        or re.search(r"tenant_id\s*(=\s*any|in\s*\()", text, re.IGNORECASE)
+                    )
+                ) and "citus.tenant_filter" not in f.allowed:
+                    yield Finding(
+                        f.name, line, "citus.row_lock", "a row lock on more than one tenant"
+                    )
+                on_shared = any(re.search(rf"\b{re.escape(t)}\b", text) for t in shared_names)
+                if on_shared and (
+                    match.group(1).lower() == "update" or " returning " in text.lower()
+                ):
+                    clause = (
+                        text
+                        if match.group(1).lower() == "update"
+                        else text[text.lower().index(" returning ") :]
+                    )
+                    found = VOLATILE.search(clause)
+                    if found:
+                        yield Finding(
+                            f.name,
+                            line,
+                            "citus.volatile",
+                            f"{found.group(1)}() inside UPDATE or RETURNING: compute it into a "
+                            "variable first (v_now := now())",
+                        )
