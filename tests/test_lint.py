@@ -166,6 +166,21 @@ FAILING = {
         "citus.tenant_filter",
         "keel.things without tenant_id",
     ),
+    "citus.tenant_filter: perform": (
+        "functions/bad.sql",
+        "create function keel.bad(p_thing_id uuid) returns keel.things language plpgsql as $$"
+        " declare v_thing keel.things; begin perform 1 from keel.things as t"
+        " where t.thing_id = p_thing_id; return v_thing; end $$;",
+        "citus.tenant_filter",
+        "keel.things without tenant_id",
+    ),
+    "parse.plpgsql: fallback reported": (
+        "functions/bad.sql",
+        "create function keel.bad() returns void language plpgsql as $$"
+        " begin if true then perform 1; end; end $$;",
+        "parse.plpgsql",
+        "scanned with regular expressions instead",
+    ),
     "citus.row_lock": (
         "functions/bad.sql",
         "create function keel.bad(p_ids uuid[]) returns void language plpgsql as $$"
@@ -274,3 +289,36 @@ def test_the_acceptance_scenario_is_reported_with_file_and_line(tmp_path):
     )
     github = run_agentkeel("lint", "schema", "--format", "github", "--static-only", cwd=work)
     assert "::error file=schema/0013_notes.sql,line=1,title=tenant_keys::" in github.stdout
+
+
+def test_function_body_findings_carry_the_line_of_the_statement(tmp_path):
+    text = (
+        "create function keel.bad(p_tenant_id uuid) returns keel.things\n"  # line 1
+        "language plpgsql as $$\n"
+        "declare\n"
+        "    v_thing keel.things;\n"
+        "begin\n"  # line 5
+        "    perform keel.touch_thing(p_tenant_id, p_tenant_id);\n"
+        "    perform 1\n"  # line 7: the PERFORM the old regex scan never saw
+        "    from keel.things as t\n"
+        "    where t.note = 'keel.things';\n"
+        "    return v_thing;\n"
+        "end;\n"
+        "$$;\n"
+    )
+    findings = static(tree(tmp_path, {"functions/bad.sql": text}))
+    assert [(f.file, f.line, f.rule) for f in findings] == [
+        ("functions/bad.sql", 7, "citus.tenant_filter")
+    ], [f.human() for f in findings]
+
+
+def test_keel_qualified_types_do_not_stop_the_plpgsql_parser():
+    from agentkeel.lint.core import load
+    from agentkeel.lint.plpgsql import functions
+
+    files, _ = load([REPO / "functions"], REPO)
+    bodies = [b for f in files for b in functions(f)]
+    assert bodies and all(b.language != "plpgsql" or not b.fallback for b in bodies)
+    transition = next(b for b in bodies if b.name == "keel.transition_task")
+    kinds = {s.plpgsql for s in transition.statements}
+    assert {"perform", "execsql", "assign", "if"} <= kinds

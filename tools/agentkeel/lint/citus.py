@@ -8,9 +8,18 @@ from collections.abc import Iterator
 from pglast.enums import ConstrType
 
 from agentkeel.distribute import LOCAL_TABLES
-from agentkeel.lint.core import Finding, SqlFile, Table, constraints, kind, names, qualified
+from agentkeel.lint.core import (
+    Finding,
+    SqlFile,
+    Table,
+    constraints,
+    kind,
+    names,
+    qualified,
+    relations,
+)
+from agentkeel.lint.plpgsql import BodyStatement, fallback_findings, functions
 
-STATEMENT = re.compile(r"(?is)\b(select|update|delete|insert)\b.*?;")
 TENANT_FILTER = re.compile(r"tenant_id\s*=\s*[pv]_\w+|tenant_id\s*=\s*\(?[pv]_", re.IGNORECASE)
 ROW_LOCK = re.compile(
     r"\bfor\s+(update|no\s+key\s+update|share|key\s+share)\b|skip\s+locked|nowait", re.I
@@ -20,18 +29,6 @@ VOLATILE = re.compile(
     r"current_setting|nextval|uuid_generate_\w+)\s*\(",
     re.IGNORECASE,
 )
-
-
-def _bodies(f: SqlFile) -> Iterator[tuple[str, int]]:
-    """(PL/pgSQL body, its first line) of each function created in the file."""
-    for stmt, _ in f.statements:
-        if kind(stmt) != "CreateFunctionStmt":
-            continue
-        for option in stmt.options or ():
-            if option.defname == "as":
-                body = option.arg[0].sval
-                start = f.text.find(body)
-                yield body, f.line_of(start) if start >= 0 else 1
 
 
 def check_citus(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Finding]:
@@ -128,48 +125,55 @@ def check_citus(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Findi
                             f"{qualified(stmt.relation)}.{elt.colname}: {type_name}"
                             f"{' identity' if identity else ''} columns do not order across nodes",
                         )
-        for body, first in _bodies(f):
-            for match in STATEMENT.finditer(body):
-                text = match.group(0)
-                line = first + body.count("\n", 0, match.start())
-                touched = [t for t in tenant_names if re.search(rf"\b{re.escape(t)}\b", text)]
-                if (
-                    touched
-                    and not TENANT_FILTER.search(text)
-                    and match.group(1).lower() != "insert"
-                ) and "citus.tenant_filter" not in f.allowed:
-                    yield Finding(
-                        f.name,
-                        line,
-                        "citus.tenant_filter",
-                        f"a statement on {touched[0]} without tenant_id = <parameter>",
-                    )
-                if (
-                    touched
-                    and ROW_LOCK.search(text)
-                    and (
-                        not TENANT_FILTER.search(text)
-                        or re.search(r"tenant_id\s*(=\s*any|in\s*\()", text, re.IGNORECASE)
-                    )
-                ) and "citus.tenant_filter" not in f.allowed:
-                    yield Finding(
-                        f.name, line, "citus.row_lock", "a row lock on more than one tenant"
-                    )
-                on_shared = any(re.search(rf"\b{re.escape(t)}\b", text) for t in shared_names)
-                if on_shared and (
-                    match.group(1).lower() == "update" or " returning " in text.lower()
-                ):
-                    clause = (
-                        text
-                        if match.group(1).lower() == "update"
-                        else text[text.lower().index(" returning ") :]
-                    )
-                    found = VOLATILE.search(clause)
-                    if found:
-                        yield Finding(
-                            f.name,
-                            line,
-                            "citus.volatile",
-                            f"{found.group(1)}() inside UPDATE or RETURNING: compute it into a "
-                            "variable first (v_now := now())",
-                        )
+        bodies = list(functions(f))
+        yield from fallback_findings(f, bodies)
+        for body in bodies:
+            for statement in body.statements:
+                yield from _statement_rules(f, statement, tenant_names, shared_names)
+
+
+def _statement_rules(
+    f: SqlFile, statement: BodyStatement, tenant_names: set[str], shared_names: set[str]
+) -> Iterator[Finding]:
+    """Rules 14-16 and 18 (CITUS.md §(c)) on one statement of a function body."""
+    text, line = statement.sql, statement.line
+    first = re.match(r"\s*(\w+)", text)
+    verb = first.group(1).lower() if first else ""
+    if statement.node is not None:
+        mentioned = relations(statement.node)
+    else:  # the regex fallback: any mention of the name
+        mentioned = {
+            t for t in tenant_names | shared_names if re.search(rf"\b{re.escape(t)}\b", text)
+        }
+    touched = sorted(mentioned & tenant_names)
+    if (
+        touched and not TENANT_FILTER.search(text) and verb != "insert"
+    ) and "citus.tenant_filter" not in f.allowed:
+        yield Finding(
+            f.name,
+            line,
+            "citus.tenant_filter",
+            f"a statement on {touched[0]} without tenant_id = <parameter>",
+        )
+    if (
+        touched
+        and ROW_LOCK.search(text)
+        and (
+            not TENANT_FILTER.search(text)
+            or re.search(r"tenant_id\s*(=\s*any|in\s*\()", text, re.IGNORECASE)
+        )
+    ) and "citus.tenant_filter" not in f.allowed:
+        yield Finding(f.name, line, "citus.row_lock", "a row lock on more than one tenant")
+    on_shared = bool(mentioned & shared_names)
+    returning = re.search(r"\breturning\b", text, re.IGNORECASE)
+    if on_shared and (verb == "update" or returning):
+        clause = text if verb == "update" or returning is None else text[returning.start() :]
+        found = VOLATILE.search(clause)
+        if found:
+            yield Finding(
+                f.name,
+                line,
+                "citus.volatile",
+                f"{found.group(1)}() inside UPDATE or RETURNING: compute it into a "
+                "variable first (v_now := now())",
+            )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pglast import parse_sql
+from pglast.ast import Node
 from pglast.parser import ParseError
 
 # A file may waive a rule for itself, with the reason in the same comment:
@@ -140,3 +141,19 @@ def constraints(stmt: Any) -> Iterator[tuple[Any, str | None]]:
         for cmd in stmt.cmds or ():
             if cmd.subtype == AlterTableType.AT_AddConstraint and cmd.def_ is not None:
                 yield cmd.def_, None
+
+
+def walk(node: Any) -> Iterator[Any]:
+    """The node and every pglast node below it."""
+    if isinstance(node, list | tuple):
+        for item in node:
+            yield from walk(item)
+    elif isinstance(node, Node):
+        yield node
+        for slot in getattr(type(node), "__slots__", ()):
+            yield from walk(getattr(node, slot, None))
+
+
+def relations(node: Any) -> set[str]:
+    """The schema-qualified names of the tables a statement reads or writes."""
+    return {qualified(n) for n in walk(node) if kind(n) == "RangeVar"}
