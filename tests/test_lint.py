@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from agentkeel.lint import lint
+from agentkeel.lint import ToolCrashed, ToolMissing, lint
 from conftest import REPO, run_agentkeel
 
 BASE = {
@@ -241,6 +242,67 @@ def test_sqlfluff_and_squawk_findings_are_reported(tmp_path):
     rules = {f.rule for f in findings if f.file == "schema/0002_risky.sql"}
     assert "sqlfluff.CP01" in rules  # upper-case keywords
     assert "squawk.adding-required-field" in rules
+    squawked = [f for f in findings if f.rule.startswith("squawk.")]
+    assert [f.line for f in squawked] == [1], [f.human() for f in squawked]  # not 0
+
+
+def test_squawk_findings_carry_real_lines_and_agentkeel_hints(tmp_path):
+    migration = (
+        "-- a comment on line 1\n"
+        "\n"
+        "create index things_note_idx on keel.things (note);\n"  # line 3
+    )
+    root = tree(tmp_path, {"schema/0002_index.sql": migration})
+    shutil.copy(REPO / ".squawk.toml", root / ".squawk.toml")
+    findings = [f for f in lint([root / "schema"], root) if f.rule.startswith("squawk.")]
+    index = [f for f in findings if f.rule == "squawk.require-concurrent-index-creation"]
+    assert [f.line for f in index] == [3], [f.human() for f in findings]
+    assert "-- agentkeel:no-transaction" in index[0].hint
+    assert "(hint: create index concurrently" in index[0].human()
+
+    # Marked no-transaction, a concurrent index is what agentkeel migrate can run.
+    marked = (
+        "-- agentkeel:no-transaction\n"
+        "create index concurrently things_note_idx on keel.things (note);\n"
+    )
+    root = tree(tmp_path / "marked", {"schema/0002_index.sql": marked})
+    shutil.copy(REPO / ".squawk.toml", root / ".squawk.toml")
+    rules = {f.rule for f in lint([root / "schema"], root)}
+    assert not {r for r in rules if r.startswith("squawk.")}, rules
+
+
+def _only_on_path(tmp_path, monkeypatch, **scripts):
+    """PATH holds just these fake tools; the interpreter's own bin/ is not searched either."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        script = bin_dir / name
+        script.write_text("#!/bin/sh\n" + body + "\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-interpreter-bin" / "python"))
+
+
+@pytest.mark.parametrize("missing", ["sqlfluff", "squawk"])
+def test_a_missing_tool_is_an_error_not_an_empty_report(tmp_path, monkeypatch, missing):
+    root = tree(tmp_path)
+    present = {"sqlfluff": "echo '[]'", "squawk": "echo '[]'"}
+    del present[missing]
+    _only_on_path(tmp_path, monkeypatch, **present)
+    with pytest.raises(ToolMissing, match=rf"{missing} is not installed") as raised:
+        lint([root / "schema", root / "functions"], root)
+    assert raised.value.tool == missing
+    assert static(root) == []  # --static-only needs neither
+
+
+@pytest.mark.parametrize("crashing", ["sqlfluff", "squawk"])
+def test_a_crashing_tool_is_an_error_not_findings(tmp_path, monkeypatch, crashing):
+    root = tree(tmp_path)
+    scripts = {"sqlfluff": "echo '[]'", "squawk": "echo '[]'"}
+    scripts[crashing] = "echo 'thread main panicked' >&2; exit 2"
+    _only_on_path(tmp_path, monkeypatch, **scripts)
+    with pytest.raises(ToolCrashed, match=rf"{crashing} failed \(exit 2\).*panicked"):
+        lint([root / "schema", root / "functions"], root)
 
 
 def test_the_shipped_sql_is_clean():

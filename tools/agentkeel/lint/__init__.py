@@ -22,12 +22,28 @@ from agentkeel.lint.released import check_released
 from agentkeel.lint.rls import check_rls
 from agentkeel.lint.security_definer import check_security_definer
 from agentkeel.lint.tenancy import check_tenant_keys
-from agentkeel.lint.tools import run_sqlfluff, run_squawk
+from agentkeel.lint.tools import (
+    LintToolError,
+    ToolCrashed,
+    ToolMissing,
+    run_sqlfluff,
+    run_squawk,
+)
 
-__all__ = ["Finding", "lint", "render", "to_json"]
+__all__ = [
+    "Finding",
+    "LintToolError",
+    "ToolCrashed",
+    "ToolMissing",
+    "lint",
+    "render",
+    "to_json",
+]
 
 
 def lint(paths: list[Path], root: Path, *, citus: bool = True, tools: bool = True) -> list[Finding]:
+    """Every finding, sorted. Raises ToolMissing or ToolCrashed (both LintToolError) when
+    sqlfluff or squawk cannot answer, unless tools=False."""
     files, findings = load(paths, root)
     known = tables(files)
     findings += check_tenant_keys(files, known)
