@@ -46,6 +46,10 @@ create policy tenant_isolation on keel.things using (tenant_id = keel.current_te
 create function keel.error_codes() returns table (sqlstate text) language sql
 as $$ select * from (values ('22K01', 'invalid_argument')) as c (sqlstate, name) $$;
 """,
+    "functions/global_tables.sql": """
+create function keel.global_tables() returns setof text language sql immutable
+as $$ select t.name from (values ('keel.kinds')) as t (name) $$;
+""",
     "functions/touch_thing.sql": """
 create function keel.touch_thing(p_tenant_id uuid, p_thing_id uuid) returns void
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
@@ -84,6 +88,27 @@ FAILING = {
         "create unique index things_thing_idx on keel.things (thing_id);",
         "tenant_keys",
         "things_thing_idx does not include tenant_id",
+    ),
+    "tenancy: neither tenant nor global": (
+        "schema/0002_bad.sql",
+        "create table keel.notes (note_id uuid not null, body text,"
+        " constraint notes_pkey primary key (note_id));",
+        "tenancy",
+        "keel.notes has no tenant_id and is not declared global",
+    ),
+    "tenancy: nullable tenant_id": (
+        "schema/0002_bad.sql",
+        "create table keel.notes (tenant_id uuid, note_id uuid not null,"
+        " constraint notes_pkey unique (tenant_id, note_id));",
+        "tenancy",
+        "keel.notes.tenant_id must be uuid not null",
+    ),
+    "tenancy: a global table with tenant_id": (
+        "functions/global_tables.sql",
+        "create function keel.global_tables() returns setof text language sql immutable"
+        " as $$ select t.name from (values ('keel.kinds'), ('keel.things')) as t (name) $$;",
+        "tenancy",
+        "keel.things has tenant_id but keel.global_tables() lists it as global",
     ),
     "rls: no force": (
         "schema/0002_bad.sql",
@@ -223,7 +248,7 @@ def test_each_rule_catches_its_failing_fixture(tmp_path, case):
     findings = static(tree(tmp_path, {file: text}))
     matching = [f for f in findings if f.rule == rule and message in f.message]
     assert matching, [f.human() for f in findings]
-    assert all(f.file == file or f.rule == "rls" for f in matching)
+    assert all(f.file == file or f.rule in ("rls", "tenancy") for f in matching)
 
 
 def test_a_waiver_names_its_rule(tmp_path):
@@ -384,3 +409,26 @@ def test_keel_qualified_types_do_not_stop_the_plpgsql_parser():
     transition = next(b for b in bodies if b.name == "keel.transition_task")
     kinds = {s.plpgsql for s in transition.statements}
     assert {"perform", "execsql", "assign", "if"} <= kinds
+
+
+def test_the_global_tables_come_from_keel_global_tables_even_when_only_schema_is_linted(tmp_path):
+    root = tree(tmp_path)
+
+    def tenancy() -> list:
+        return [f for f in lint([root / "schema"], root, tools=False) if f.rule == "tenancy"]
+
+    assert tenancy() == []
+    (root / "functions" / "global_tables.sql").unlink()
+    findings = tenancy()
+    assert [(f.file, f.rule) for f in findings] == [("schema/0001_base.sql", "tenancy")]
+    assert "there is no keel.global_tables()" in findings[0].message
+
+
+def test_the_shipped_global_tables_are_every_keel_table_without_tenant_id():
+    from agentkeel.lint.core import load, tables
+    from agentkeel.lint.tenancy import global_tables
+
+    files, _ = load([REPO / "schema", REPO / "functions"], REPO)
+    declared = global_tables(files, REPO)
+    without_tenant = {t.name for t in tables(files).values() if not t.tenant}
+    assert declared == without_tenant | {"keel.migration_history"}  # created by the migrator

@@ -21,7 +21,7 @@ from agentkeel.lint.errcodes import check_errcodes
 from agentkeel.lint.released import check_released
 from agentkeel.lint.rls import check_rls
 from agentkeel.lint.security_definer import check_security_definer
-from agentkeel.lint.tenancy import check_tenant_keys
+from agentkeel.lint.tenancy import check_tenancy, check_tenant_keys, global_tables
 from agentkeel.lint.tools import (
     LintToolError,
     ToolCrashed,
@@ -46,6 +46,7 @@ def lint(paths: list[Path], root: Path, *, citus: bool = True, tools: bool = Tru
     sqlfluff or squawk cannot answer, unless tools=False."""
     files, findings = load(paths, root)
     known = tables(files)
+    findings += check_tenancy(files, known, global_tables(files, root))
     findings += check_tenant_keys(files, known)
     findings += check_rls(files, known)
     findings += check_security_definer(files)
