@@ -1,5 +1,6 @@
 -- Leases with fencing (G5): claim the next due task of any tenant.
 -- agentkeel:allow citus.tenant_filter (the one cross-tenant scan, replaced on Citus)
+-- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 1)
 -- The one cross-tenant claim. It scans for candidates without locks, then claims one
 -- inside its tenant with FOR UPDATE SKIP LOCKED: the same shape a distributed
 -- deployment needs, so callers never change.

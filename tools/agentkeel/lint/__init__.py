@@ -6,7 +6,8 @@ Three sources of findings, all reported as `file:line: rule: message`:
 - invariants read from the statements with pglast: tenant keys (`tenancy`), row-level
   security (`rls`), SECURITY DEFINER hygiene (`security_definer`), documented error codes
   (`errcodes`), released migrations left unedited (`released`, asking `git`);
-- the `citus` family: the rules of CITUS.md §(c) that can be decided from the files.
+- the `citus` family: the rules of CITUS.md §(c) that can be decided from the files
+  (`citus`; rules 28-31, found on a real cluster, in `citus_cluster`).
 
 `core` holds the Finding type, the loaded files and tables, and the output formats.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentkeel.lint.citus import check_citus
+from agentkeel.lint.citus_cluster import check_cluster
 from agentkeel.lint.core import Finding, load, render, tables, to_json
 from agentkeel.lint.errcodes import check_errcodes
 from agentkeel.lint.released import check_released
@@ -54,6 +56,7 @@ def lint(paths: list[Path], root: Path, *, citus: bool = True, tools: bool = Tru
     findings += check_released(root)
     if citus:
         findings += check_citus(files, known)
+        findings += check_cluster(files, known)
     if tools:
         findings += run_sqlfluff(paths, root)
         findings += run_squawk(files, root)

@@ -39,7 +39,7 @@ class BodyStatement:
     plpgsql: str  # the PL/pgSQL statement kind: execsql, perform, dynexecute, assign, ...
     sql: str  # its SQL text; an expression reads `select <expression>`
     line: int  # in the file
-    node: Any | None = None  # the parsed statement, None when pglast refused it
+    node: Any = None  # the parsed statement, None when pglast refused it
 
 
 @dataclass
