@@ -60,4 +60,6 @@ def lint(paths: list[Path], root: Path, *, citus: bool = True, tools: bool = Tru
     if tools:
         findings += run_sqlfluff(paths, root)
         findings += run_squawk(files, root)
-    return sorted(set(findings))
+    # `-- agentkeel:allow <rule> (why)` waives that rule in its own file, for every family.
+    waived = {f.name: f.allowed for f in files}
+    return sorted({x for x in findings if x.rule not in waived.get(x.file, set())})

@@ -15,7 +15,7 @@ from pglast.parser import ParseError
 
 # A file may waive a rule for itself, with the reason in the same comment:
 #   -- agentkeel:allow citus.tenant_filter (the one cross-tenant claim)
-ALLOW = re.compile(r"--\s*agentkeel:allow\s+([\w.]+)")
+ALLOW = re.compile(r"--\s*agentkeel:allow\s+([\w.-]+)")
 TENANT_COLUMN = "tenant_id"
 
 
