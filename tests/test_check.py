@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from agentkeel.check import rule_files
+from agentkeel.exitcodes import ExitCode
 from conftest import REPO, run_agentkeel
 
 
@@ -184,7 +185,7 @@ def test_human_output_names_the_object_and_exits_1(owner, migrated_db):
 
 def test_a_database_without_the_schema_is_refused(db):
     result = run_agentkeel("check", "--dsn", db)
-    assert result.returncode == 4
+    assert result.returncode == ExitCode.SCHEMA_MISSING
     assert "agentkeel migrate up" in result.stderr
 
 
