@@ -49,8 +49,8 @@ class ExitCode(enum.IntEnum):
     )
     TOOL_MISSING = (
         5,
-        "something to run is missing: PostgreSQL server binaries for the embedded cluster, "
-        "squawk for `lint`, the citus extension for `distribute --apply`",
+        "something to run is missing: PostgreSQL server binaries for the embedded cluster (or "
+        "it could not start), squawk for `lint`, the citus extension for `distribute --apply`",
     )
     CONNECTION = (
         6,
