@@ -30,9 +30,10 @@ def test_a_fresh_install_passes_every_rule(migrated_db):
     assert f"all {len(rule_files())} rules pass" in result.stdout
 
 
-def test_the_embedded_default_passes():
+def test_without_a_dsn_it_refuses_rather_than_check_a_throwaway_cluster():
     result = run_agentkeel("check")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == ExitCode.USAGE, result.stdout + result.stderr
+    assert "needs a database" in result.stderr
 
 
 @pytest.fixture
