@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from agentkeel.check import rule_files
+from agentkeel.exitcodes import ExitCode
 from conftest import REPO, run_agentkeel
 
 
@@ -29,9 +30,10 @@ def test_a_fresh_install_passes_every_rule(migrated_db):
     assert f"all {len(rule_files())} rules pass" in result.stdout
 
 
-def test_the_embedded_default_passes():
+def test_without_a_dsn_it_refuses_rather_than_check_a_throwaway_cluster():
     result = run_agentkeel("check")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == ExitCode.USAGE, result.stdout + result.stderr
+    assert "needs a database" in result.stderr
 
 
 @pytest.fixture
@@ -184,7 +186,7 @@ def test_human_output_names_the_object_and_exits_1(owner, migrated_db):
 
 def test_a_database_without_the_schema_is_refused(db):
     result = run_agentkeel("check", "--dsn", db)
-    assert result.returncode == 4
+    assert result.returncode == ExitCode.SCHEMA_MISSING
     assert "agentkeel migrate up" in result.stderr
 
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from agentkeel.exitcodes import ExitCode
 from conftest import REPO, run_agentkeel
 
 KEEL_TABLES = (
@@ -104,7 +105,7 @@ def test_plain_pytest_with_the_plugin_runs_the_suite(migrated_db):
 
 def test_an_unmigrated_database_is_refused_with_a_hint(db):
     result = run_agentkeel("conformance", "--dsn", db, "-q")
-    assert result.returncode == 4
+    assert result.returncode == ExitCode.SCHEMA_MISSING
     assert "agentkeel migrate up" in result.stdout + result.stderr
 
 

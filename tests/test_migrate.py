@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import LOCK_KEY, SourceError, load_sources, migrate_up
 from agentkeel.sql_files import sql_root
 from conftest import AGENTKEEL, run_agentkeel
@@ -193,10 +194,10 @@ def test_badly_named_migration_files_are_refused_before_connecting(sql_tree):
     assert "NNNN_lower_snake.sql" in result.stderr
 
 
-def test_an_unreachable_database_is_one_line_and_exit_4():
+def test_an_unreachable_database_is_one_line_and_the_connection_code():
     result = run_agentkeel("migrate", "status", "--dsn", "postgresql://nobody@127.0.0.1:1/none")
-    assert result.returncode == 4
-    assert result.stderr.startswith("agentkeel: error: cannot use the database")
+    assert result.returncode == ExitCode.CONNECTION
+    assert result.stderr.startswith("agentkeel: error: cannot connect to the --dsn database")
     assert len(result.stderr.strip().splitlines()) == 1
 
 

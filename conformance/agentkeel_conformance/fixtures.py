@@ -15,6 +15,7 @@ from psycopg import conninfo, sql
 
 from agentkeel.client import Keel, Task
 from agentkeel.embedded import EmbeddedPostgres
+from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
@@ -108,7 +109,7 @@ def keel_dsn(
             pytest.exit(
                 "the agentkeel schema is not installed in the --dsn database: run "
                 "`agentkeel migrate up --dsn ...` first, or pass --migrate",
-                returncode=4,
+                returncode=ExitCode.SCHEMA_MISSING,
             )
     yield dsn
 

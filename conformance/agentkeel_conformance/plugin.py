@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 
 import pytest
@@ -10,6 +11,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from agentkeel.embedded import PostgresNotFound, find_bindir
+from agentkeel.exitcodes import AgentkeelError, ExitCode
+from agentkeel.preflight import connect as connect_dsn
+from agentkeel.preflight import probe_suite_database
+from agentkeel.suite_options import SUITE_OPTIONS
 from agentkeel_conformance.fixtures import (  # noqa: F401  (fixtures are registered by import)
     artifacts,
     connect,
@@ -32,42 +38,8 @@ Results = dict[str, dict[str, tuple[str, str]]]  # guarantee -> nodeid -> (outco
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("agentkeel", "agentkeel conformance")
-    group.addoption(
-        "--dsn",
-        default=None,
-        help="Database under test (default $AGENTKEEL_DSN; else a throwaway embedded cluster).",
-    )
-    group.addoption(
-        "--owner-dsn",
-        default=None,
-        help="A member of keel_owner, to remove the suite's tenants and workflows and to run the "
-        "owner-only tests (default $AGENTKEEL_OWNER_DSN, else --dsn).",
-    )
-    group.addoption(
-        "--read-only",
-        action="store_true",
-        default=False,
-        help="Run only the catalog checks: nothing is written to the database.",
-    )
-    group.addoption(
-        "--testcontainers",
-        nargs="?",
-        const="postgres:16-alpine",
-        default=None,
-        metavar="IMAGE",
-        help="Test a PostgreSQL started in Docker (default image postgres:16-alpine).",
-    )
-    group.addoption(
-        "--artifacts",
-        default="agentkeel-artifacts",
-        help="Folder for failure artifacts (default ./agentkeel-artifacts).",
-    )
-    group.addoption(
-        "--migrate",
-        action="store_true",
-        default=False,
-        help="Apply agentkeel migrations to the --dsn database before testing.",
-    )
+    for option in SUITE_OPTIONS:
+        group.addoption(option.flag, **option.addoption_kwargs())
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +50,43 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "read_only: writes nothing; what --read-only runs")
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
         config.pluginmanager.register(GuaranteeReport(), "agentkeel-guarantee-report")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """Fail fast: a malformed DSN, an unreachable host, a wrong password, a role without grants
+    or no server binaries is one line and one exit code (agentkeel.exitcodes) before any test
+    runs, not an error per test. Under xdist only the controller checks."""
+    if (
+        hasattr(config, "workerinput")
+        or config.option.help
+        or config.option.version
+        or config.getoption("--testcontainers")
+    ):
+        return None
+    try:
+        preflight(config)
+    except AgentkeelError as e:
+        sys.stderr.write(f"agentkeel: error: {e}\n")
+        # pytest's own usage code; agentkeel's (2) would read as pytest's "interrupted"
+        return int(pytest.ExitCode.USAGE_ERROR) if e.code == ExitCode.USAGE else int(e.code)
+    return None
+
+
+def preflight(config: pytest.Config) -> None:
+    dsn = config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
+    if not dsn:
+        try:
+            find_bindir()
+        except PostgresNotFound as e:
+            raise AgentkeelError(str(e), ExitCode.TOOL_MISSING) from None
+        return
+    probe_suite_database(
+        dsn, migrate=config.getoption("--migrate"), read_only=config.getoption("--read-only")
+    )
+    owner = config.getoption("--owner-dsn") or os.environ.get("AGENTKEEL_OWNER_DSN")
+    if owner:
+        connect_dsn(owner, "--owner-dsn").close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -154,7 +163,11 @@ class GuaranteeReport:
             if previous is None or OUTCOME_RANK[outcome] > OUTCOME_RANK[previous[0]]:
                 self.results[gid][report.nodeid] = (outcome, reason)
 
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+    def pytest_terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, exitstatus: int
+    ) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return  # a partial table would read as "not covered"; the run was stopped
         writer = terminalreporter._tw
         console = Console(
             file=writer._file,

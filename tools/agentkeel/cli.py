@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
+import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 import click
@@ -21,7 +26,8 @@ from rich.table import Table
 from agentkeel import __version__
 from agentkeel.check import SchemaMissing, run_checks, to_json, to_junit
 from agentkeel.distribute import citus_installed, read_layout, script, statements
-from agentkeel.embedded import EmbeddedError, PostgresNotFound
+from agentkeel.embedded import EmbeddedError, PostgresNotFound, find_bindir
+from agentkeel.exitcodes import AgentkeelError, ExitCode, lookup, markdown_table
 from agentkeel.lint import lint as run_lint
 from agentkeel.lint import to_json as lint_json
 from agentkeel.migrate import (
@@ -32,56 +38,117 @@ from agentkeel.migrate import (
     plan_for,
     plan_sql,
 )
+from agentkeel.preflight import check_dsn, first_line, probe_suite_database, require_schema
+from agentkeel.preflight import connect as connect_dsn
 from agentkeel.sql_files import sql_root
-from agentkeel.target import connect, database, embedded_database
-
-EXIT_FINDINGS = 1
-EXIT_REFUSED = 3
-EXIT_DATABASE = 4
-EXIT_NO_POSTGRES = 5
+from agentkeel.suite_options import SUITE_OPTIONS
+from agentkeel.target import database, embedded_database
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def fail(message: str, code: int) -> NoReturn:
-    err.print(f"agentkeel: error: {message}", markup=False)
-    sys.exit(code)
+def fail(message: str, code: ExitCode) -> NoReturn:
+    raise AgentkeelError(message, code)
 
 
-@contextmanager
-def handled() -> Iterator[None]:
-    """One line on stderr and a documented exit code for every expected failure."""
-    try:
-        yield
-    except MigrationError as e:
-        fail(str(e), e.exit_code)
-    except PostgresNotFound as e:
-        fail(str(e), EXIT_NO_POSTGRES)
-    except EmbeddedError as e:
-        fail(f"embedded PostgreSQL: {e}", EXIT_NO_POSTGRES)
-    except FileNotFoundError as e:
-        fail(str(e), 2)
-    except psycopg.OperationalError as e:
-        fail(f"cannot use the database: {str(e).strip().splitlines()[0]}", EXIT_DATABASE)
-    except psycopg.Error as e:
-        fail(f"database error {e.sqlstate}: {str(e).strip().splitlines()[0]}", EXIT_DATABASE)
+def classify(error: BaseException) -> tuple[ExitCode, str]:
+    """The exit code and one-line message for an error; INTERNAL for anything unexpected."""
+    if isinstance(error, AgentkeelError):
+        return error.code, str(error)
+    if isinstance(error, MigrationError):
+        code = lookup(error.exit_code)
+        return ExitCode.DATABASE_ERROR if code is None else code, str(error)
+    if isinstance(error, PostgresNotFound):
+        return ExitCode.TOOL_MISSING, str(error)
+    if isinstance(error, EmbeddedError):
+        return ExitCode.TOOL_MISSING, f"embedded PostgreSQL: {first_line(error)}"
+    if isinstance(error, SchemaMissing):
+        return ExitCode.SCHEMA_MISSING, str(error)
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED, "interrupted"
+    if isinstance(error, psycopg.errors.InsufficientPrivilege):
+        return ExitCode.PERMISSION, f"permission denied: {first_line(error)}"
+    if isinstance(error, psycopg.OperationalError) and (
+        error.sqlstate is None or error.sqlstate[:2] in ("08", "28") or error.sqlstate == "3D000"
+    ):
+        return ExitCode.CONNECTION, f"cannot connect to the database: {first_line(error)}"
+    if isinstance(error, psycopg.Error) and error.sqlstate is not None:
+        return ExitCode.DATABASE_ERROR, f"database error {error.sqlstate}: {first_line(error)}"
+    return ExitCode.INTERNAL, (
+        f"internal error: {type(error).__name__}: {first_line(error)} "
+        "(a bug in agentkeel; `agentkeel --debug ...` prints the traceback)"
+    )
+
+
+class AgentkeelGroup(click.Group):
+    """The one error path: every failure of every command leaves here, as one line on stderr
+    and a documented exit code (agentkeel.exitcodes); the traceback only under --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            if e.exit_code == ExitCode.USAGE:
+                raise
+            e.show()  # click's generic code 1 would read as "findings"
+            sys.exit(int(ExitCode.USAGE))
+        except (click.exceptions.Exit, SystemExit):
+            raise
+        except BaseException as e:
+            code, message = classify(e)
+            if ctx.params.get("debug") or (code is ExitCode.INTERNAL and _debug_env()):
+                traceback.print_exception(e)
+            prefix = (
+                "agentkeel: "
+                if code in (ExitCode.INTERNAL, ExitCode.INTERRUPTED)
+                else ("agentkeel: error: ")
+            )
+            err.print(f"{prefix}{message}", markup=False)
+            sys.exit(int(code))
+
+
+def _debug_env() -> bool:
+    return os.environ.get("AGENTKEEL_DEBUG", "") not in ("", "0")
 
 
 def dsn_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--dsn for commands that change or inspect a user's database: required."""
     return click.option(
         "--dsn",
         envvar="AGENTKEEL_DSN",
         default=None,
         metavar="DSN",
-        help="PostgreSQL connection string (default $AGENTKEEL_DSN; without one, a throwaway "
-        "embedded cluster).",
+        help="PostgreSQL connection string (default $AGENTKEEL_DSN); required.",
     )(func)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def require_dsn(dsn: str | None) -> str:
+    """The named database; refuse (usage) rather than work on a throwaway cluster."""
+    command = click.get_current_context().command_path
+    if not dsn:
+        fail(
+            f"`{command}` needs a database: pass --dsn or set AGENTKEEL_DSN "
+            "(`agentkeel embedded` starts a throwaway one)",
+            ExitCode.USAGE,
+        )
+    check_dsn(dsn)
+    return dsn
+
+
+@click.group(
+    cls=AgentkeelGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Exit codes: `agentkeel exit-codes` (also in README).",
+)
 @click.version_option(__version__, prog_name="agentkeel")
-def main() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="AGENTKEEL_DEBUG",
+    help="Print the traceback of an error (also $AGENTKEEL_DEBUG=1).",
+)
+def main(debug: bool) -> None:
     """agentkeel: a PostgreSQL schema whose database enforces what AI agents must not negotiate."""
 
 
@@ -109,34 +176,48 @@ def _root(sql_dir: Path | None) -> Path:
 
 @migrate.command()
 @migrate_options
-def status(dsn: str | None, sql_dir: Path | None) -> None:
-    """Show each migration file and whether it is applied."""
-    with (
-        handled(),
-        database(dsn, migrated=False) as target,
-        connect(target, autocommit=True) as conn,
-    ):
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(dsn: str | None, sql_dir: Path | None, as_json: bool) -> None:
+    """Show each migration file and its state; exit 3 on drift or a newer database."""
+    with connect_dsn(require_dsn(dsn)) as conn:
         plan = plan_for(conn, _root(sql_dir))
-    table = Table("migration", "kind", "state", "applied at")
-    styles = {
-        State.DRIFT: "bold red",
-        State.UNKNOWN: "bold red",
-        State.PENDING: "yellow",
-        State.CHANGED: "yellow",
-        State.REAPPLY: "yellow",
-    }
-    for e in plan.entries:
-        table.add_row(
-            e.name,
-            e.kind,
-            f"[{styles.get(e.state, 'green')}]{e.state.value}[/]",
-            e.applied.applied_at.strftime("%Y-%m-%d %H:%M:%S") if e.applied else "",
-        )
-    out.print(table)
-    for problem in plan.problems:
-        err.print(f"agentkeel: {problem}", markup=False)
     pending = len(plan.to_apply)
-    out.print(f"{pending} to apply" if pending else "up to date")
+    if as_json:
+        report = {
+            "migrations": [
+                {
+                    "name": e.name,
+                    "kind": e.kind,
+                    "state": e.state.value,
+                    "applied_at": e.applied.applied_at.isoformat() if e.applied else None,
+                }
+                for e in plan.entries
+            ],
+            "to_apply": [m.name for m in plan.to_apply],
+            "problems": list(plan.problems),
+            "up_to_date": not pending and not plan.problems,
+        }
+        click.echo(json.dumps(report, indent=2))
+    else:
+        table = Table("migration", "kind", "state", "applied at")
+        styles = {
+            State.DRIFT: "bold red",
+            State.UNKNOWN: "bold red",
+            State.PENDING: "yellow",
+            State.CHANGED: "yellow",
+            State.REAPPLY: "yellow",
+        }
+        for e in plan.entries:
+            table.add_row(
+                e.name,
+                e.kind,
+                f"[{styles.get(e.state, 'green')}]{e.state.value}[/]",
+                e.applied.applied_at.strftime("%Y-%m-%d %H:%M:%S") if e.applied else "",
+            )
+        out.print(table)
+        out.print(f"{pending} to apply" if pending else "up to date")
+    if plan.problems:
+        raise_refused(plan.problems)
 
 
 @migrate.command()
@@ -146,11 +227,7 @@ def status(dsn: str | None, sql_dir: Path | None) -> None:
 )
 def plan(dsn: str | None, sql_dir: Path | None, lock_timeout: str) -> None:
     """Print the SQL that `up` would run (a psql-ready script); change nothing."""
-    with (
-        handled(),
-        database(dsn, migrated=False) as target,
-        connect(target, autocommit=True) as conn,
-    ):
+    with connect_dsn(require_dsn(dsn)) as conn:
         result = plan_for(conn, _root(sql_dir))
         if result.problems:
             raise_refused(result.problems)
@@ -160,7 +237,7 @@ def plan(dsn: str | None, sql_dir: Path | None, lock_timeout: str) -> None:
 def raise_refused(problems: list[str]) -> NoReturn:
     for problem in problems[:-1]:
         err.print(f"agentkeel: {problem}", markup=False)
-    fail(problems[-1], EXIT_REFUSED)
+    fail(problems[-1], ExitCode.REFUSED)
 
 
 @migrate.command()
@@ -187,13 +264,8 @@ def up(
         return
     root = _root(sql_dir)
     started = time.monotonic()
-    with handled():
-        load_sources(root)  # malformed files fail before we touch the database
-    with (
-        handled(),
-        database(dsn, migrated=False) as target,
-        connect(target, autocommit=True) as conn,
-    ):
+    load_sources(root)  # malformed files fail before we touch the database
+    with connect_dsn(require_dsn(dsn)) as conn:
 
         def waiting(pid: int | None) -> None:
             err.print(f"agentkeel: waiting for another migrator (backend pid {pid}) to finish")
@@ -219,24 +291,20 @@ def up(
 @migrate_options
 def validate(dsn: str | None, sql_dir: Path | None) -> None:
     """Exit 0 only when everything is applied and nothing drifted."""
-    with (
-        handled(),
-        database(dsn, migrated=False) as target,
-        connect(target, autocommit=True) as conn,
-    ):
+    with connect_dsn(require_dsn(dsn)) as conn:
         result = plan_for(conn, _root(sql_dir))
     if result.problems:
         raise_refused(result.problems)
     pending = [m.name for m in result.to_apply]
     if pending:
-        fail(f"{len(pending)} migration(s) not applied: {', '.join(pending)}", EXIT_FINDINGS)
+        fail(f"{len(pending)} migration(s) not applied: {', '.join(pending)}", ExitCode.FINDINGS)
     out.print("valid: every migration is applied and unchanged")
 
 
 # -- check ----------------------------------------------------------------------
 
 
-@main.command()
+@main.command(short_help="Read-only posture checks of the catalog.")
 @dsn_option
 @click.option(
     "--format",
@@ -254,11 +322,8 @@ def validate(dsn: str | None, sql_dir: Path | None) -> None:
 )
 def check(dsn: str | None, fmt: str, output: Path | None) -> None:
     """Read-only posture checks of the catalog; exit 1 on any finding."""
-    with handled(), database(dsn) as target, connect(target) as conn:
-        try:
-            results = run_checks(conn)
-        except SchemaMissing as e:
-            fail(str(e), EXIT_DATABASE)
+    with connect_dsn(require_dsn(dsn), autocommit=False) as conn:
+        results = run_checks(conn)
     findings = [f for fs in results.values() for f in fs]
     if fmt == "json":
         report = to_json(results)
@@ -291,13 +356,13 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
         if output is not None:
             output.write_text(console.export_text(), encoding="utf-8")
     if findings:
-        sys.exit(EXIT_FINDINGS)
+        sys.exit(ExitCode.FINDINGS)
 
 
 # -- lint -------------------------------------------------------------------------
 
 
-@main.command("lint")
+@main.command("lint", short_help="Lint SQL files; no database needed.")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--format",
@@ -315,8 +380,10 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     targets = [p.resolve() for p in paths] or [
         root / folder for folder in ("schema", "functions", "policies") if (root / folder).is_dir()
     ]
-    with handled():
+    try:
         findings = run_lint(targets, root, citus=not no_citus, tools=not static_only)
+    except FileNotFoundError as e:  # a linter (squawk) is not installed
+        fail(str(e), ExitCode.TOOL_MISSING)
     if fmt == "json":
         click.echo(lint_json(findings))
     else:
@@ -325,21 +392,29 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
         if fmt == "human":
             err.print(f"{len(findings)} finding(s)" if findings else "no findings")
     if findings:
-        sys.exit(EXIT_FINDINGS)
+        sys.exit(ExitCode.FINDINGS)
 
 
 # -- bench ------------------------------------------------------------------------
 
 
-@main.command()
-@dsn_option
+@main.command(short_help="Measure what the tenant policy costs.")
+@click.option(
+    "--dsn",
+    default=None,
+    metavar="DSN",
+    help="A database to measure on (it writes and removes tenants and roles there); only when "
+    "named: $AGENTKEEL_DSN is ignored. Default: a throwaway embedded cluster.",
+)
 @click.option("--rows", default=50_000, show_default=True, help="Tasks per tenant (two tenants).")
 @click.option("--repeats", default=3, show_default=True, help="Runs per case; the best counts.")
 def bench(dsn: str | None, rows: int, repeats: int) -> None:
     """Measure the cost of the tenant policy: per statement (index) and per row (scan)."""
     from agentkeel.bench import run
 
-    with handled(), database(dsn) as target:
+    if dsn:
+        check_dsn(dsn)
+    with database(dsn) as target:
         results = run(target, rows=rows, repeats=repeats)
     table = Table(
         "case", "best ms", "µs per row scanned", title=f"count(*) of one tenant, 2 x {rows:,} tasks"
@@ -352,14 +427,15 @@ def bench(dsn: str | None, rows: int, repeats: int) -> None:
 # -- distribute ------------------------------------------------------------------
 
 
-@main.command()
+@main.command(short_help="Print (or run) the Citus distribution script.")
 @dsn_option
 @click.option(
     "--apply", "apply_", is_flag=True, help="Run the script (needs Citus); default: print it."
 )
 def distribute(dsn: str | None, apply_: bool) -> None:
     """Print (or run) the Citus distribution step for the current schema."""
-    with handled(), database(dsn) as target, connect(target, autocommit=True) as conn:
+    with connect_dsn(require_dsn(dsn)) as conn:
+        require_schema(conn)
         text = script(read_layout(conn))
         if not apply_:
             click.echo(text, nl=False)
@@ -368,7 +444,7 @@ def distribute(dsn: str | None, apply_: bool) -> None:
             fail(
                 "the citus extension is not installed in this database: create extension citus "
                 "on every node first (the script was not run)",
-                EXIT_DATABASE,
+                ExitCode.TOOL_MISSING,
             )
         for stmt in statements(text):
             out.print(stmt)
@@ -386,7 +462,7 @@ def conformance_command(extra: list[str]) -> list[str]:
     """
     spec = importlib.util.find_spec("agentkeel_conformance")
     if spec is None or spec.origin is None:
-        fail("the agentkeel_conformance package is not installed", 2)
+        fail("the agentkeel_conformance package is not installed", ExitCode.TOOL_MISSING)
     suite = Path(spec.origin).parent
     plugins = ["-p", "agentkeel_conformance.plugin"]
     if importlib.util.find_spec("xdist") is not None:
@@ -409,30 +485,130 @@ def conformance_command(extra: list[str]) -> list[str]:
     ]
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@dsn_option
+# Seconds the suite gets to tear down (stop the embedded cluster, delete its tenants) after
+# Ctrl-C / SIGTERM was forwarded to it, before it is killed.
+TEARDOWN_GRACE = 60.0
+
+# pytest's own exit codes, as agentkeel reports them (pytest.ExitCode: 0 ok, 1 tests failed,
+# 2 interrupted, 3 internal error, 4 usage error, 5 no tests collected). Codes the plugin
+# exits with itself (agentkeel.exitcodes, none of 2-5) pass through unchanged.
+PYTEST_CODES = {
+    0: ExitCode.OK,
+    1: ExitCode.FINDINGS,
+    2: ExitCode.INTERRUPTED,
+    3: ExitCode.INTERNAL,
+    4: ExitCode.USAGE,
+    5: ExitCode.USAGE,
+}
+
+
+def suite_options_help() -> str:
+    lines = ["\b", "The suite's own options (and any of `pytest --help`):"]
+    for option in SUITE_OPTIONS:
+        if option.flag == "--dsn":
+            continue  # the command's own option, above
+        lines += textwrap.wrap(
+            option.help,
+            width=78,
+            initial_indent=f"  {option.usage():<25} ",
+            subsequent_indent=" " * 28,
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines)
+
+
+def run_suite(command: list[str], env: dict[str, str]) -> tuple[int, str | None]:
+    """Run pytest in its own process group; forward Ctrl-C / SIGTERM to it once, as a SIGINT,
+    and wait (up to TEARDOWN_GRACE) for its teardown. A second signal, or the grace running
+    out, kills it. Returns (pytest's exit code, the signal's name or None)."""
+    proc = subprocess.Popen(command, env=env, process_group=0)
+    received: list[int] = []
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT if len(received) == 1 else signal.SIGKILL)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        deadline: float | None = None
+        while True:
+            if received and deadline is None:
+                deadline = time.monotonic() + TEARDOWN_GRACE
+            try:
+                code = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() > deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    received.append(signal.SIGKILL)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if not received:
+        return code, None
+    if len(received) > 1:
+        fail(
+            "interrupted: the suite was killed before its teardown finished; an embedded "
+            "cluster (agentkeel-pg-* in the temp folder) or the suite's tenants "
+            "(agentkeel-conformance-*) may remain",
+            ExitCode.INTERRUPTED,
+        )
+    return code, signal.Signals(received[0]).name
+
+
+@main.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    short_help="Run the conformance suite (pytest options pass through).",
+    epilog=suite_options_help(),
+)
+@click.option(
+    "--dsn",
+    envvar="AGENTKEEL_DSN",
+    default=None,
+    metavar="DSN",
+    help="The database under test (default $AGENTKEEL_DSN; without one, a throwaway "
+    "embedded cluster).",
+)
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def conformance(dsn: str | None, pytest_args: tuple[str, ...]) -> None:
-    """Run the conformance suite; extra arguments go to pytest (e.g. -x, -k, --junitxml)."""
+    """Run the conformance suite; extra arguments go to pytest (-x, -k, -n 2, --junitxml=...)."""
+    args = list(pytest_args)
+    flags = {a.split("=", 1)[0] for a in args}
+    # Fail fast, before pytest starts: one line and one exit code, not an error per test.
+    if dsn:
+        probe_suite_database(dsn, migrate="--migrate" in flags, read_only="--read-only" in flags)
+    elif "--testcontainers" not in flags:
+        find_bindir()
     # The caller's pytest plugins and options stay out: the suite must behave the same everywhere.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if dsn:
         env["AGENTKEEL_DSN"] = dsn
-    try:
-        code = subprocess.call(conformance_command(list(pytest_args)), env=env)
-    except KeyboardInterrupt:
-        code = 130
-    sys.exit(code)
+    code, interrupted = run_suite(conformance_command(args), env)
+    if interrupted is not None:
+        fail(
+            f"interrupted ({interrupted}): the suite ran its teardown and stopped",
+            ExitCode.INTERRUPTED,
+        )
+    mapped = PYTEST_CODES.get(code, lookup(code))
+    if mapped is None:
+        mapped = ExitCode.INTERNAL
+    if code == 5:
+        fail("no test ran: the selection (-k, -m, --read-only) matched nothing", mapped)
+    if code == 3:
+        fail("pytest reported an internal error (above)", mapped)
+    sys.exit(int(mapped))
 
 
 # -- embedded -----------------------------------------------------------------
 
 
-@main.command()
+@main.command(short_help="Start a throwaway PostgreSQL and print its DSN.")
 def embedded() -> None:
     """Start a throwaway, migrated PostgreSQL, print its DSN, and remove it on Ctrl-C."""
-    with handled(), embedded_database() as target:
+    with embedded_database() as target:
         out.print(target)
         sys.stdout.flush()
         try:
@@ -453,6 +629,19 @@ def errors() -> None:
     table = Table("sqlstate", "name", "exception")
     for code, cls in sorted(ERRORS.items()):
         table.add_row(code, cls.name, f"agentkeel.errors.{cls.__name__}")
+    out.print(table)
+
+
+@main.command("exit-codes")
+@click.option("--markdown", is_flag=True, help="As README's table.")
+def exit_codes(markdown: bool) -> None:
+    """List agentkeel's exit codes."""
+    if markdown:
+        click.echo(markdown_table(), nl=False)
+        return
+    table = Table("code", "name", "meaning")
+    for member in ExitCode:
+        table.add_row(str(member.value), member.name, member.description)
     out.print(table)
 
 

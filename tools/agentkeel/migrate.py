@@ -27,6 +27,7 @@ from pglast import split
 from psycopg import sql
 
 from agentkeel import __version__
+from agentkeel.exitcodes import ExitCode
 
 NO_TRANSACTION_MARKER = "-- agentkeel:no-transaction"
 # A repeatable file whose SQL binds other objects when it is created (a SQL-standard
@@ -63,19 +64,19 @@ Kind = Literal["versioned", "repeatable"]
 class MigrationError(Exception):
     """Base of everything the migrator refuses or fails to do."""
 
-    exit_code = 4
+    exit_code: int = ExitCode.DATABASE_ERROR
 
 
 class RefusedError(MigrationError):
     """The database and the code disagree (drift, newer database, out of order)."""
 
-    exit_code = 3
+    exit_code = ExitCode.REFUSED
 
 
 class SourceError(MigrationError):
     """The migration files themselves are malformed."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True)

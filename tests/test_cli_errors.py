@@ -1,0 +1,220 @@
+"""The CLI's one error path: a documented exit code for every error class, one line of
+message, the traceback only under --debug; commands that need a database refuse without one."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import conninfo
+
+import agentkeel.cli
+from agentkeel.cli import main
+from agentkeel.exitcodes import ExitCode, markdown_table
+from agentkeel.suite_options import SUITE_OPTIONS
+from conftest import REPO, run_agentkeel
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
+PLAIN_PYTEST = [
+    sys.executable,
+    "-m",
+    "pytest",
+    "-p",
+    "agentkeel_conformance.plugin",
+    "--pyargs",
+    "agentkeel_conformance",
+]
+
+
+def test_readme_exit_code_table_is_the_enum():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|")) + "\n"
+    assert table == markdown_table()
+    assert run_agentkeel("exit-codes", "--markdown").stdout == markdown_table()
+
+
+def test_every_member_is_documented_and_distinct():
+    assert len({int(m) for m in ExitCode}) == len(ExitCode)
+    assert all(m.description for m in ExitCode)
+    # The suite's plugin exits with these itself: none may be one of pytest's own 2-5.
+    plugin_codes = {
+        ExitCode.CONNECTION,
+        ExitCode.PERMISSION,
+        ExitCode.SCHEMA_MISSING,
+    }
+    assert not plugin_codes & {2, 3, 4, 5}
+
+
+def test_an_unexpected_error_is_one_line_and_the_internal_code(monkeypatch):
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(agentkeel.cli, "run_lint", broken)
+    result = CliRunner().invoke(main, ["lint", "--static-only"])
+    assert result.exit_code == ExitCode.INTERNAL, result.output
+    assert "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "internal error: ZeroDivisionError: a bug" in lines[0], lines
+    debug = CliRunner().invoke(main, ["--debug", "lint", "--static-only"])
+    assert debug.exit_code == ExitCode.INTERNAL
+    assert "Traceback" in debug.output and "ZeroDivisionError" in debug.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("migrate", "up"),
+        ("migrate", "status"),
+        ("migrate", "plan"),
+        ("migrate", "validate"),
+        ("check",),
+        ("distribute",),
+    ],
+)
+def test_commands_on_a_users_database_refuse_without_a_dsn(command):
+    result = run_agentkeel(*command)
+    assert result.returncode == ExitCode.USAGE, result.stdout + result.stderr
+    assert "applied" not in result.stdout
+    assert "--dsn" in result.stderr and "AGENTKEEL_DSN" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [("migrate", "status"), ("check",), ("conformance",)])
+def test_a_dsn_that_is_not_a_connection_string_says_so(command):
+    result = run_agentkeel(*command, "--dsn", "not a dsn")
+    assert result.returncode == ExitCode.USAGE, result.stdout + result.stderr
+    assert "--dsn is not a PostgreSQL connection string" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_distribute_refuses_a_database_without_the_schema(db):
+    result = run_agentkeel("distribute", "--dsn", db)
+    assert result.returncode == ExitCode.SCHEMA_MISSING, result.stdout + result.stderr
+    assert "agentkeel migrate up" in result.stderr
+    assert result.stdout == ""
+
+
+def test_migrate_status_exits_refused_on_drift_and_has_json(migrated_db):
+    clean = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--json")
+    assert clean.returncode == ExitCode.OK, clean.stderr
+    report = json.loads(clean.stdout)
+    assert report["up_to_date"] is True and report["problems"] == []
+    states = {m["name"]: m["state"] for m in report["migrations"]}
+    assert states["schema/0006_tasks.sql"] == "applied"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(
+            "update keel.migration_history set checksum = repeat('0', 64)"
+            " where name = 'schema/0006_tasks.sql'"
+        )
+    drifted = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--json")
+    assert drifted.returncode == ExitCode.REFUSED
+    report = json.loads(drifted.stdout)
+    assert report["up_to_date"] is False
+    assert {m["name"]: m["state"] for m in report["migrations"]}["schema/0006_tasks.sql"] == "drift"
+    assert any("schema/0006_tasks.sql" in p for p in report["problems"])
+    human = run_agentkeel("migrate", "status", "--dsn", migrated_db)
+    assert human.returncode == ExitCode.REFUSED
+    assert "drift: schema/0006_tasks.sql" in human.stderr
+
+
+def test_bench_ignores_agentkeel_dsn_and_uses_an_embedded_cluster():
+    result = run_agentkeel(
+        "bench", "--rows", "50", "--repeats", "1", env={"AGENTKEEL_DSN": UNREACHABLE}
+    )
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert "agent, signed token, sequential scan" in result.stdout
+
+
+# -- the conformance suite fails fast ------------------------------------------------
+
+
+def _one_line_before_any_test(result) -> None:
+    output = result.stdout + result.stderr
+    assert len(output.strip().splitlines()) == 1, output[-3000:]
+    assert "passed" not in output and "error" in output
+
+
+def test_an_unreachable_host_fails_fast_with_the_connection_code():
+    result = run_agentkeel("conformance", "--dsn", UNREACHABLE, "-q")
+    assert result.returncode == ExitCode.CONNECTION
+    assert "cannot connect to the --dsn database" in result.stderr
+    _one_line_before_any_test(result)
+
+
+def test_an_unknown_login_fails_fast_with_the_connection_code(migrated_db):
+    # The test clusters use trust authentication, so a wrong password cannot be shown here;
+    # it fails in psycopg.connect exactly like an unknown login does.
+    wrong = conninfo.make_conninfo(migrated_db, user="ak_no_such_role", password="wrong")
+    result = run_agentkeel("conformance", "--dsn", wrong, "-q")
+    assert result.returncode == ExitCode.CONNECTION
+    assert "ak_no_such_role" in result.stderr
+    _one_line_before_any_test(result)
+
+
+def test_a_role_without_grants_fails_fast_with_the_permission_code(migrated_db):
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("create role ak_no_grants login")
+    try:
+        dsn = conninfo.make_conninfo(migrated_db, user="ak_no_grants")
+        result = run_agentkeel("conformance", "--dsn", dsn, "-q")
+        assert result.returncode == ExitCode.PERMISSION, result.stdout[-2000:]
+        assert "'ak_no_grants' is not a member of keel_app" in result.stderr
+        _one_line_before_any_test(result)
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute("drop role ak_no_grants")
+
+
+def test_plain_pytest_with_the_plugin_fails_fast_too():
+    def plain(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*PLAIN_PYTEST, "-q", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+
+    unreachable = plain("--dsn", UNREACHABLE)
+    assert unreachable.returncode == ExitCode.CONNECTION
+    _one_line_before_any_test(unreachable)
+    malformed = plain("--dsn", "not a dsn")
+    assert malformed.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "--dsn is not a PostgreSQL connection string" in malformed.stderr
+    _one_line_before_any_test(malformed)
+
+
+# -- help ---------------------------------------------------------------------
+
+
+def test_top_level_help_is_not_cut_mid_phrase():
+    result = run_agentkeel("--help", env={"COLUMNS": "80"})
+    assert result.returncode == 0
+    commands = result.stdout.split("Commands:\n", 1)[1]
+    assert "..." not in commands
+    for name, command in main.commands.items():
+        assert re.search(
+            rf"^  {re.escape(name)}\s+{re.escape(command.get_short_help_str(200))}$",
+            commands,
+            flags=re.MULTILINE,
+        ), name
+
+
+def test_conformance_help_lists_the_suites_own_options():
+    result = run_agentkeel("conformance", "--help")
+    assert result.returncode == 0
+    for flag in ("--owner-dsn", "--migrate", "--read-only", "--testcontainers", "--artifacts"):
+        assert flag in result.stdout
+    assert {o.flag for o in SUITE_OPTIONS} >= {"--dsn", "--owner-dsn", "--migrate"}
+
+
+def test_pytest_xdist_is_installed_with_agentkeel_itself():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert any(d.startswith("pytest-xdist") for d in project["dependencies"])

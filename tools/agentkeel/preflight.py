@@ -1,0 +1,96 @@
+"""Checks made once, before any work: is the DSN a connection string, can we connect, is the
+schema there, may the role use it. The CLI and the suite's plugin both call them, so a wrong
+password or a role without grants is one line and one exit code, not a test error per test."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import conninfo
+
+from agentkeel.exitcodes import AgentkeelError, ExitCode
+
+# A trusted role the suite's --dsn may be: it calls the function API for its tenants.
+SUITE_ROLES = ("keel_app", "keel_owner")
+
+SCHEMA_HINT = "run `agentkeel migrate up --dsn ...` first, or pass --migrate"
+
+
+def check_dsn(dsn: str, option: str = "--dsn") -> None:
+    """Refuse what is not a PostgreSQL connection string, saying what is wrong with it."""
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:
+        raise AgentkeelError(
+            f"{option} is not a PostgreSQL connection string ({first_line(e)}): expected "
+            "postgresql://user@host:port/dbname or 'host=... dbname=...'",
+            ExitCode.USAGE,
+        ) from e
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def connect(
+    dsn: str, option: str = "--dsn", *, autocommit: bool = True, application_name: str = "agentkeel"
+) -> psycopg.Connection:
+    """A connection, or AgentkeelError(USAGE / CONNECTION) in one line."""
+    check_dsn(dsn, option)
+    try:
+        return psycopg.connect(
+            dsn, autocommit=autocommit, application_name=application_name, connect_timeout=10
+        )
+    except psycopg.Error as e:
+        raise AgentkeelError(
+            f"cannot connect to the {option} database: {first_line(e)}", ExitCode.CONNECTION
+        ) from e
+
+
+def has_schema(conn: psycopg.Connection) -> bool:
+    # From the catalog: to_regproc() needs USAGE on the schema, which a role without grants lacks.
+    row = conn.execute(
+        "select exists (select from pg_catalog.pg_proc p"
+        " join pg_catalog.pg_namespace n on n.oid = p.pronamespace"
+        " where n.nspname = 'keel' and p.proname = 'transition_task')"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def require_schema(conn: psycopg.Connection, option: str = "--dsn") -> None:
+    if not has_schema(conn):
+        raise AgentkeelError(
+            f"the agentkeel schema is not installed in the {option} database: "
+            "run `agentkeel migrate up --dsn ...` first",
+            ExitCode.SCHEMA_MISSING,
+        )
+
+
+def probe_suite_database(
+    dsn: str, option: str = "--dsn", *, migrate: bool = False, read_only: bool = False
+) -> None:
+    """What the conformance suite needs of --dsn, checked with one connection."""
+    with connect(dsn, option, application_name="agentkeel-conformance") as conn:
+        if not has_schema(conn):
+            if migrate and not read_only:
+                return  # the suite applies it
+            raise AgentkeelError(
+                f"the agentkeel schema is not installed in the {option} database: {SCHEMA_HINT}",
+                ExitCode.SCHEMA_MISSING,
+            )
+        if read_only:
+            return  # the catalog checks read pg_catalog; nothing is called
+        row = conn.execute(
+            "select current_user, exists (select from pg_roles"
+            " where rolname = any(%s) and pg_has_role(oid, 'member'))",
+            (list(SUITE_ROLES),),
+        ).fetchone()
+        assert row is not None
+        user, trusted = row
+        if not trusted:
+            raise AgentkeelError(
+                f"the {option} role {user!r} is not a member of {' or '.join(SUITE_ROLES)}: the "
+                "suite calls the function API as a trusted role (grant keel_app to it, or use "
+                "--read-only for the catalog checks only)",
+                ExitCode.PERMISSION,
+            )
