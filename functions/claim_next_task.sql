@@ -1,7 +1,7 @@
 -- Leases with fencing (G5): claim the next due task of any tenant.
 -- agentkeel:allow citus.tenant_filter (the one cross-tenant claim, replaced on Citus)
--- The one cross-tenant claim, and its fairness: a single FOR UPDATE SKIP LOCKED over the
 -- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 1)
+-- The one cross-tenant claim, and its fairness: a single FOR UPDATE SKIP LOCKED over the
 -- due index, oldest wake_at first. A row another transaction has locked is skipped, never
 -- waited on and never allowed to hide the rows behind it, so the claim makes progress
 -- whenever any unlocked due task exists, whoever holds locks on how many rows. Wake times
