@@ -23,6 +23,7 @@ from psycopg import conninfo, sql
 from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
+from pgbouncer import PgBouncer, PgBouncerNotFound
 
 REPO = Path(__file__).resolve().parents[1]
 _SCRIPT = Path(sys.executable).parent / "agentkeel"
@@ -71,6 +72,36 @@ def migrated_db(db: str) -> str:
     with psycopg.connect(db, autocommit=True) as conn:
         migrate_up(conn, sql_root())
     return db
+
+
+@pytest.fixture(scope="session")
+def _pgbouncers() -> Iterator[dict[tuple[str, int], PgBouncer]]:
+    started: dict[tuple[str, int], PgBouncer] = {}
+    yield started
+    for bouncer in started.values():
+        bouncer.cleanup()
+
+
+@pytest.fixture
+def through_pgbouncer(_pgbouncers: dict[tuple[str, int], PgBouncer]) -> Callable[[str], str]:
+    """through_pgbouncer(dsn): the same database and user through PgBouncer (transaction
+    pooling, tests/pgbouncer.py). One pgbouncer per server, started on first use and kept
+    for the test session. Skips the test when pgbouncer is not installed."""
+
+    def _through(dsn: str) -> str:
+        params = conninfo.conninfo_to_dict(dsn)
+        host = str(params.get("host") or "127.0.0.1")
+        port = int(str(params.get("port") or 5432))
+        bouncer = _pgbouncers.get((host, port))
+        if bouncer is None:
+            try:
+                bouncer = PgBouncer(host, port).start()
+            except PgBouncerNotFound as err:
+                pytest.skip(str(err))
+            _pgbouncers[(host, port)] = bouncer
+        return bouncer.dsn_for(dsn)
+
+    return _through
 
 
 @pytest.fixture
