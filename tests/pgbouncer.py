@@ -60,6 +60,7 @@ class PgBouncer:
         *,
         pool_mode: str = "transaction",
         pool_size: int = 10,
+        round_robin: bool = False,
         run_as: str | None = None,
     ) -> None:
         self.binary = find_pgbouncer()
@@ -67,6 +68,10 @@ class PgBouncer:
         self.server_port = server_port
         self.pool_mode = pool_mode
         self.pool_size = pool_size
+        # PgBouncer reuses the most recently used server connection (LIFO) unless
+        # server_round_robin is on: then consecutive transactions of one client land on
+        # different backends, the worst case a transaction pooler is allowed to produce.
+        self.round_robin = round_robin
         self.run_as = run_as or (
             os.environ.get("AGENTKEEL_PG_USER", "postgres") if os.geteuid() == 0 else None
         )
@@ -120,6 +125,7 @@ class PgBouncer:
                 "admin_users = postgres\n"
                 f"pool_mode = {self.pool_mode}\n"
                 f"default_pool_size = {self.pool_size}\n"
+                f"server_round_robin = {int(self.round_robin)}\n"
                 "max_client_conn = 200\n"
                 "ignore_startup_parameters = extra_float_digits,options\n"
                 f"logfile = {self.logfile}\n"
