@@ -19,6 +19,18 @@ begin
         where n.nspname = 'keel'
             and c.relkind in ('r', 'p', 'v', 'm', 'S', 'f')
             and c.relowner <> 'keel_owner'::regrole
+            -- A sequence owned by a column (serial: deptype 'a', identity: 'i') follows its
+            -- table's owner; ALTER SEQUENCE ... OWNER refuses it (SQLSTATE 0A000).
+            and not exists (
+                select
+                from pg_catalog.pg_depend as d
+                where d.classid = 'pg_catalog.pg_class'::regclass
+                    and d.objid = c.oid
+                    and d.refclassid = 'pg_catalog.pg_class'::regclass
+                    and d.deptype in ('a', 'i')
+                    and c.relkind = 'S'
+            )
+        order by c.relkind = 'S'
     loop
         execute format('alter %s %s owner to keel_owner', v_object.kind, v_object.name);
     end loop;

@@ -23,6 +23,7 @@ from psycopg import conninfo, sql
 from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
+from pgbouncer import PgBouncer, PgBouncerNotFound
 
 REPO = Path(__file__).resolve().parents[1]
 _SCRIPT = Path(sys.executable).parent / "agentkeel"
@@ -71,6 +72,40 @@ def migrated_db(db: str) -> str:
     with psycopg.connect(db, autocommit=True) as conn:
         migrate_up(conn, sql_root())
     return db
+
+
+@pytest.fixture(scope="session")
+def _pgbouncers() -> Iterator[dict[tuple[str, int, bool], PgBouncer]]:
+    started: dict[tuple[str, int, bool], PgBouncer] = {}
+    yield started
+    for bouncer in started.values():
+        bouncer.cleanup()
+
+
+@pytest.fixture
+def through_pgbouncer(
+    _pgbouncers: dict[tuple[str, int, bool], PgBouncer],
+) -> Callable[..., str]:
+    """through_pgbouncer(dsn, round_robin=False): the same database and user through
+    PgBouncer in transaction mode (tests/pgbouncer.py). round_robin=True spreads one
+    client's transactions over the pool's backends. One pgbouncer per server and setting,
+    started on first use and kept for the test session. Skips when pgbouncer is not
+    installed."""
+
+    def _through(dsn: str, *, round_robin: bool = False) -> str:
+        params = conninfo.conninfo_to_dict(dsn)
+        host = str(params.get("host") or "127.0.0.1")
+        port = int(str(params.get("port") or 5432))
+        bouncer = _pgbouncers.get((host, port, round_robin))
+        if bouncer is None:
+            try:
+                bouncer = PgBouncer(host, port, round_robin=round_robin).start()
+            except PgBouncerNotFound as err:
+                pytest.skip(str(err))
+            _pgbouncers[(host, port, round_robin)] = bouncer
+        return bouncer.dsn_for(dsn)
+
+    return _through
 
 
 @pytest.fixture

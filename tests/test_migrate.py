@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from agentkeel.catalog import differences, snapshot
 from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import LOCK_KEY, SourceError, load_sources, migrate_up
 from agentkeel.sql_files import sql_root
@@ -163,6 +166,29 @@ def test_a_non_transactional_migration_runs_statement_by_statement(migrated_db, 
         assert conn.execute("select to_regclass('keel.tenants_name_idx')").fetchone()[0] is not None
 
 
+def full_history(dsn: str) -> set[tuple[object, ...]]:
+    """Every column of the history except timing and who/when."""
+    with psycopg.connect(dsn) as conn:
+        return set(
+            conn.execute(
+                "select name, kind, version, checksum, agentkeel_version"
+                " from keel.migration_history"
+            ).fetchall()
+        )
+
+
+def psql(dsn: str, script: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed: the plan was printed but not replayed")
+    return subprocess.run(
+        ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-q", dsn],
+        input=script,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+
+
 def test_plan_prints_sql_that_psql_can_apply(db, make_db):
     migrated_db = make_db()
     with psycopg.connect(migrated_db, autocommit=True) as conn:
@@ -171,18 +197,55 @@ def test_plan_prints_sql_that_psql_can_apply(db, make_db):
     assert plan.returncode == 0, plan.stderr
     assert "-- schema/0001_keel_schema.sql" in plan.stdout
     assert run_agentkeel("migrate", "plan", "--dsn", migrated_db).stdout.count("-- schema/") == 0
-    if shutil.which("psql") is None:
-        pytest.skip("psql is not installed: the plan was printed but not replayed")
-    applied = subprocess.run(
-        ["psql", "-v", "ON_ERROR_STOP=1", "-q", db],
-        input=plan.stdout,
-        text=True,
-        capture_output=True,
-        check=False,
-    )
+    applied = psql(db, plan.stdout)
     assert applied.returncode == 0, applied.stderr
     assert run_agentkeel("migrate", "validate", "--dsn", db).returncode == 0
-    assert history(db) == history(migrated_db)
+    assert full_history(db) == full_history(migrated_db)
+    with psycopg.connect(db) as a, psycopg.connect(migrated_db) as b:
+        assert differences(snapshot(a), snapshot(b)) == []
+
+
+def test_a_replayed_plan_records_the_history_up_records(make_db, sql_tree):
+    """`plan` and `up` come from one list of steps: on a database where every row exists
+    already (re-applied files update them) and with a no-transaction file, a psql replay
+    of the plan leaves the same history as `up`."""
+    by_up, by_plan = make_db(), make_db()
+    for dsn in (by_up, by_plan):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate_up(conn, sql_tree)
+            conn.execute(
+                "update keel.migration_history set agentkeel_version = '0.0.0-old',"
+                " execution_ms = -1"
+            )
+    target = sql_tree / "functions" / "error_codes.sql"
+    target.write_text(target.read_text() + "\n-- edit\n")
+    (sql_tree / "schema" / "9010_tenant_name_index.sql").write_text(
+        "-- agentkeel:no-transaction\n"
+        "create index concurrently if not exists tenants_name_idx on keel.tenants (name);\n"
+    )
+    args = ("--sql-dir", str(sql_tree), "--lock-timeout", "3s")
+    up = run_agentkeel("migrate", "up", "--dsn", by_up, *args)
+    assert up.returncode == 0, up.stderr
+    plan = run_agentkeel("migrate", "plan", "--dsn", by_plan, *args)
+    assert plan.returncode == 0, plan.stderr
+    # The no-transaction file runs under the same lock_timeout and search_path as the others.
+    nt_part = plan.stdout.split("-- schema/9010_tenant_name_index.sql (")[1]
+    assert nt_part.index("set lock_timeout = '3s'") < nt_part.index("create index concurrently")
+    applied = psql(by_plan, plan.stdout)
+    assert applied.returncode == 0, applied.stderr
+    assert full_history(by_plan) == full_history(by_up)
+    assert ("schema/9010_tenant_name_index.sql", "versioned", 9010) in {
+        row[:3] for row in full_history(by_plan)
+    }
+    with psycopg.connect(by_plan) as conn:
+        rows = conn.execute(
+            "select name, execution_ms from keel.migration_history"
+            " where name like 'policies/%' or name like 'functions/error_codes%'"
+            " or name like 'schema/9010%'"
+        ).fetchall()
+    assert rows and all(ms >= 0 for _, ms in rows), rows  # re-recorded with their own timing
+    with psycopg.connect(by_up) as a, psycopg.connect(by_plan) as b:
+        assert differences(snapshot(a), snapshot(b)) == []
 
 
 def test_badly_named_migration_files_are_refused_before_connecting(sql_tree):
@@ -242,3 +305,152 @@ def test_broken_requirements_are_refused(sql_tree: Path, files, message):
         (sql_tree / "functions" / name).write_text(text + "select 1;\n")
     with pytest.raises(SourceError, match=message):
         load_sources(sql_tree)
+
+
+def catalog_state(dsn: str) -> tuple[object, ...]:
+    """The keel catalog, the whole history table, and whether the schema exists at all."""
+    with psycopg.connect(dsn) as conn:
+        has_history = conn.execute(
+            "select to_regclass('keel.migration_history') is not null"
+        ).fetchone()
+        rows = (
+            conn.execute("select * from keel.migration_history order by name").fetchall()
+            if has_history and has_history[0]
+            else []
+        )
+        schema = conn.execute("select to_regnamespace('keel') is not null").fetchone()
+        catalog = snapshot(conn) if schema and schema[0] else None
+        return catalog, rows, schema
+
+
+def test_serial_and_identity_columns_apply(migrated_db, sql_tree):
+    (sql_tree / "schema" / "9010_notes.sql").write_text(
+        "create table keel.notes (id bigserial primary key, tenant_id uuid not null, body text);\n"
+    )
+    (sql_tree / "schema" / "9011_labels.sql").write_text(
+        "create table keel.labels (\n"
+        "    id bigint generated always as identity primary key, tenant_id uuid not null\n"
+        ");\n"
+    )
+    result = run_agentkeel("migrate", "up", "--dsn", migrated_db, "--sql-dir", str(sql_tree))
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(migrated_db) as conn:
+        owners = conn.execute(
+            "select c.relname, pg_get_userbyid(c.relowner), c.relrowsecurity,"
+            " c.relforcerowsecurity from pg_class c"
+            " where c.relnamespace = 'keel'::regnamespace"
+            " and c.relname in ('notes', 'notes_id_seq', 'labels', 'labels_id_seq')"
+            " order by 1"
+        ).fetchall()
+    assert owners == [
+        ("labels", "keel_owner", True, True),
+        ("labels_id_seq", "keel_owner", False, False),
+        ("notes", "keel_owner", True, True),
+        ("notes_id_seq", "keel_owner", False, False),
+    ]
+
+
+@pytest.mark.parametrize("start", ["migrated", "fresh"])
+def test_a_failing_policy_file_leaves_the_database_as_it_was(make_db, sql_tree, start):
+    dsn = make_db()
+    if start == "migrated":
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate_up(conn, sql_tree)
+    (sql_tree / "schema" / "9010_notes.sql").write_text(
+        "create table keel.notes (id uuid primary key, tenant_id uuid not null);\n"
+    )
+    (sql_tree / "policies" / "07_broken.sql").write_text("select 1 / 0;\n")
+    before = catalog_state(dsn)
+    result = run_agentkeel("migrate", "up", "--dsn", dsn, "--sql-dir", str(sql_tree))
+    assert result.returncode == 4
+    assert "policies/07_broken.sql failed at `select 1 / 0`" in result.stderr
+    assert "rolled back" in result.stderr
+    assert catalog_state(dsn) == before
+
+
+def test_no_transaction_files_run_after_the_transaction_and_are_retried(migrated_db, sql_tree):
+    """A no-transaction file runs after the run's transaction has committed (so it may use
+    what later files create); when it fails, the rest stays applied with its policies, and
+    the next run applies it although a later version is applied (not "out of order")."""
+    (sql_tree / "schema" / "9010_notes_index.sql").write_text(
+        "-- agentkeel:no-transaction\n"
+        "create index concurrently notes_body_idx on keel.notes (body);\n"
+        "select 1 / 0;\n"
+    )
+    (sql_tree / "schema" / "9011_notes.sql").write_text(
+        "create table keel.notes (id uuid primary key, tenant_id uuid not null, body text);\n"
+    )
+    args = ("--dsn", migrated_db, "--sql-dir", str(sql_tree))
+    failed = run_agentkeel("migrate", "up", *args)
+    assert failed.returncode == 4
+    assert "schema/9010_notes_index.sql failed at `select 1 / 0`" in failed.stderr
+    applied = history(migrated_db)
+    assert "schema/9011_notes.sql" in applied and "schema/9010_notes_index.sql" not in applied
+    with psycopg.connect(migrated_db) as conn:
+        assert conn.execute(
+            "select relforcerowsecurity, pg_get_userbyid(relowner) from pg_class"
+            " where oid = 'keel.notes'::regclass"
+        ).fetchone() == (True, "keel_owner")
+        assert conn.execute("select to_regclass('keel.notes_body_idx')").fetchone()[0]
+        locks = conn.execute("select count(*) from pg_locks where locktype = 'advisory'")
+        assert locks.fetchone() == (0,)
+    (sql_tree / "schema" / "9010_notes_index.sql").write_text(
+        "-- agentkeel:no-transaction\n"
+        "create index concurrently if not exists notes_body_idx on keel.notes (body);\n"
+    )
+    retried = run_agentkeel("migrate", "up", *args)
+    assert retried.returncode == 0, retried.stderr
+    assert "applied schema/9010_notes_index.sql" in retried.stdout
+    assert run_agentkeel("migrate", "validate", *args).returncode == 0
+
+
+def test_a_non_empty_keel_schema_it_did_not_create_is_refused(db):
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("create schema keel")
+        conn.execute(
+            "create function keel.backdoor() returns int language sql security definer"
+            " as 'select 1'"
+        )
+        conn.execute("grant execute on function keel.backdoor() to public")
+        for i in range(12):
+            conn.execute(f"create table keel.t{i:02} (id int)")
+        before = catalog_state(db)
+    result = run_agentkeel("migrate", "up", "--dsn", db)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "foreign schema: keel already exists" in result.stderr
+    assert "function keel.backdoor()" in result.stderr
+    assert "and 3 more" in result.stderr  # 13 objects, 10 named
+    assert catalog_state(db) == before
+    for command in ("plan", "validate"):
+        assert run_agentkeel("migrate", command, "--dsn", db).returncode == 3
+
+
+def test_an_empty_keel_schema_of_the_migrating_role_is_adopted(db):
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("create schema keel")
+    result = run_agentkeel("migrate", "up", "--dsn", db)
+    assert result.returncode == 0, result.stderr
+    assert run_agentkeel("migrate", "validate", "--dsn", db).returncode == 0
+
+
+def test_an_empty_keel_schema_of_another_role_is_refused(db, admin_dsn):
+    role = f"agentkeel_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("create role {} nologin").format(sql.Identifier(role)))
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("create schema keel authorization {}").format(sql.Identifier(role))
+            )
+        result = run_agentkeel("migrate", "up", "--dsn", db)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert f"an empty keel schema exists but is owned by {role}" in result.stderr
+        with psycopg.connect(db) as conn:
+            assert conn.execute("select to_regclass('keel.migration_history')").fetchone() == (
+                None,
+            )
+    finally:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("drop schema if exists keel cascade")
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(role)))

@@ -231,7 +231,8 @@ def plan(dsn: str | None, sql_dir: Path | None, lock_timeout: str) -> None:
         result = plan_for(conn, _root(sql_dir))
         if result.problems:
             raise_refused(result.problems)
-    click.echo(plan_sql(result.to_apply, lock_timeout), nl=False)
+        script = plan_sql(result.to_apply, lock_timeout, conn)
+    click.echo(script, nl=False)
 
 
 def raise_refused(problems: list[str]) -> NoReturn:
@@ -256,7 +257,7 @@ def raise_refused(problems: list[str]) -> NoReturn:
 def up(
     dsn: str | None, sql_dir: Path | None, lock_timeout: str, lock_wait: float, dry_run: bool
 ) -> None:
-    """Apply pending migrations, each file in its own transaction."""
+    """Apply pending migrations: all or nothing, in one transaction (no-transaction files after)."""
     if dry_run:
         click.get_current_context().invoke(
             plan, dsn=dsn, sql_dir=sql_dir, lock_timeout=lock_timeout

@@ -3,11 +3,15 @@
 policies/ files (ownership, grants, row-level security) also run again whenever anything
 else is applied, because they are derived from what the other files create.
 
-A history table with sha256 checksums records what was applied. Concurrent
-migrators serialize on a session advisory lock taken by polling; each file runs
-in its own transaction under lock_timeout. An applied versioned file whose
-checksum changed (drift), or a database that knows migrations this code does
-not, is refused before anything runs.
+A history table with sha256 checksums records what was applied. One `up` is all or
+nothing: every file runs in one transaction, under a transaction-level advisory lock
+(taken by polling, released at commit or rollback, so it also serializes migrators
+through a transaction pooler). Files marked `-- agentkeel:no-transaction` run after that
+transaction commits, one statement at a time, followed by policies/ again in a last
+transaction; they need a direct connection (the migrator holds a session lock for them).
+Everything `up` runs comes from `migration_phases`, which `plan` prints. An applied
+versioned file whose checksum changed (drift), a database that knows migrations this
+code does not, or a foreign `keel` schema is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import enum
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +41,7 @@ NO_TRANSACTION_MARKER = "-- agentkeel:no-transaction"
 REQUIRES = re.compile(r"^--\s*agentkeel:requires\s+(\S+)\s*$", re.MULTILINE)
 VERSIONED_NAME = re.compile(r"^(?P<version>\d{4})_(?P<slug>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 REPEATABLE_NAME = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*\.sql$")
-# 'agentkel' in ASCII: the key of the session advisory lock migrators share.
+# 'agentkel' in ASCII: the key of the advisory lock migrators share.
 LOCK_KEY = int.from_bytes(b"agentkel", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 HISTORY_DDL = (
@@ -220,9 +225,95 @@ def read_history(conn: psycopg.Connection) -> dict[str, AppliedMigration]:
     return {r[0]: AppliedMigration(r[0], r[1], r[2], r[3], r[4]) for r in rows}
 
 
-def make_plan(sources: list[MigrationFile], history: dict[str, AppliedMigration]) -> Plan:
+@dataclass(frozen=True)
+class KeelSchema:
+    """The schema keel as found before agentkeel ever ran here (no migration_history)."""
+
+    owner: str
+    objects: tuple[str, ...]  # pg_describe_object of everything in it, sorted
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the planner needs to know about the database, read once under the lock."""
+
+    history: dict[str, AppliedMigration]
+    current_user: str
+    foreign_schema: KeelSchema | None = None  # a keel schema without migration_history
+    pooled: bool = False  # the connection goes through a pooler (PgBouncer, ...)
+
+
+def is_pooled(conn: psycopg.Connection) -> bool:
+    """True when a pooler stands between us and PostgreSQL.
+
+    A pooler answers the startup itself and hands out its own cancel key (BackendKeyData),
+    so the pid libpq was given is not the pid of the backend that runs our queries.
+    Port mappings, NAT and TCP proxies do not change the protocol, so they are not mistaken
+    for a pooler.
+    """
+    row = conn.execute("select pg_catalog.pg_backend_pid()").fetchone()
+    return row is None or row[0] != conn.info.backend_pid
+
+
+def read_target(conn: psycopg.Connection) -> Target:
+    history = read_history(conn)
+    row = conn.execute("select current_user::text").fetchone()
+    current_user = row[0] if row else ""
+    foreign = None
+    if not history:
+        owner = conn.execute(
+            "select pg_catalog.pg_get_userbyid(nspowner) from pg_catalog.pg_namespace"
+            " where nspname = 'keel'"
+        ).fetchone()
+        if owner is not None:
+            # Everything `drop schema keel cascade` would drop: objects in the schema and
+            # default privileges for it, as pg_depend links them to the namespace.
+            objects = conn.execute(
+                "select pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)"
+                " from pg_catalog.pg_depend as d"
+                " where d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass"
+                " and d.refobjid = 'keel'::pg_catalog.regnamespace and d.deptype in ('n', 'a')"
+                " order by 1"
+            ).fetchall()
+            foreign = KeelSchema(owner[0], tuple(r[0] for r in objects))
+    return Target(history, current_user, foreign, is_pooled(conn))
+
+
+FOREIGN_OBJECTS_SHOWN = 10
+
+
+def _foreign_schema_problem(schema: KeelSchema, current_user: str) -> str | None:
+    """agentkeel installs only into a keel schema it created, or an empty one of the migrator."""
+    if schema.objects:
+        shown = ", ".join(schema.objects[:FOREIGN_OBJECTS_SHOWN])
+        more = len(schema.objects) - FOREIGN_OBJECTS_SHOWN
+        return (
+            f"foreign schema: keel already exists (owner {schema.owner}) and holds objects "
+            f"agentkeel did not create: {shown}" + (f" and {more} more" if more > 0 else "") + "; "
+            "installing would adopt them with their grants: drop or rename that schema "
+            "(or install into another database)"
+        )
+    if schema.owner != current_user:
+        return (
+            f"foreign schema: an empty keel schema exists but is owned by {schema.owner}, "
+            f"not by the migrating role {current_user}; its owner may have granted rights on "
+            f"it: after checking, `alter schema keel owner to {current_user}`, or drop it"
+        )
+    return None
+
+
+def make_plan(
+    sources: list[MigrationFile],
+    history: dict[str, AppliedMigration],
+    target: Target | None = None,
+) -> Plan:
+    """What `up` would do, and every reason to refuse it. Pure: reads nothing itself."""
     entries: list[Entry] = []
     problems: list[str] = []
+    if target is not None and target.foreign_schema is not None:
+        problem = _foreign_schema_problem(target.foreign_schema, target.current_user)
+        if problem:
+            problems.append(problem)
     for src in sources:
         applied = history.get(src.name)
         if applied is None:
@@ -266,16 +357,42 @@ def make_plan(sources: list[MigrationFile], history: dict[str, AppliedMigration]
     applied_versions = [a.version for a in history.values() if a.kind == "versioned" and a.version]
     newest = max(applied_versions, default=0)
     for e in entries:
-        if e.state is State.PENDING and e.source and e.source.version and e.source.version < newest:
+        # A no-transaction file runs after the transaction of its run, so a later version
+        # may be applied while it is still pending (it failed): that is not out of order.
+        if (
+            e.state is State.PENDING
+            and e.source
+            and e.source.transactional
+            and e.source.version
+            and e.source.version < newest
+        ):
             problems.append(
                 f"out of order: {e.name} is pending but version {newest} is already applied; "
                 "versioned migrations are applied in order only"
             )
-    return Plan(entries, problems)
+
+    plan = Plan(entries, problems)
+    outside = [m.name for m in plan.to_apply if not m.transactional]
+    if target is not None and target.pooled and outside:
+        problems.append(
+            f"pooled connection: {', '.join(outside)} must run outside a transaction, "
+            "which is unsafe through a connection pooler (PgBouncer in transaction mode "
+            "runs each statement wherever it likes and cannot hold the migration lock): "
+            "connect directly to PostgreSQL to apply them"
+        )
+    return plan
 
 
 def plan_for(conn: psycopg.Connection, root: Path) -> Plan:
-    return make_plan(load_sources(root), read_history(conn))
+    target = read_target(conn)
+    return make_plan(load_sources(root), target.history, target)
+
+
+# -- the lock ---------------------------------------------------------------------
+
+XACT_LOCK = sql.SQL("select pg_catalog.pg_advisory_xact_lock({})").format(sql.Literal(LOCK_KEY))
+SESSION_LOCK = sql.SQL("select pg_catalog.pg_advisory_lock({})").format(sql.Literal(LOCK_KEY))
+SESSION_UNLOCK = sql.SQL("select pg_catalog.pg_advisory_unlock({})").format(sql.Literal(LOCK_KEY))
 
 
 def _lock_holder(conn: psycopg.Connection) -> int | None:
@@ -288,24 +405,34 @@ def _lock_holder(conn: psycopg.Connection) -> int | None:
     return row[0] if row else None
 
 
-def acquire_lock(
+@contextmanager
+def locked_transaction(
     conn: psycopg.Connection,
     wait_seconds: float,
     on_wait: Callable[[int | None], None] | None = None,
     poll_seconds: float = 0.25,
-) -> None:
-    """Take the migrators' advisory lock, polling pg_try_advisory_lock until wait_seconds."""
+) -> Iterator[None]:
+    """A transaction holding the migrators' transaction-level advisory lock.
+
+    Polls pg_try_advisory_xact_lock, one short transaction per attempt, until wait_seconds.
+    The lock ends with the transaction (commit or rollback), so no session state is left
+    behind, also on a pooled backend. conn is in autocommit mode.
+    """
     deadline = time.monotonic() + wait_seconds
     told = False
     while True:
-        row = conn.execute("select pg_try_advisory_lock(%s)", (LOCK_KEY,)).fetchone()
-        if row and row[0]:
-            return
+        with conn.transaction():
+            row = conn.execute(
+                "select pg_catalog.pg_try_advisory_xact_lock(%s)", (LOCK_KEY,)
+            ).fetchone()
+            if row and row[0]:
+                yield
+                return
+            holder = _lock_holder(conn)
         if not told and on_wait is not None:
-            on_wait(_lock_holder(conn))
+            on_wait(holder)
             told = True
         if time.monotonic() >= deadline:
-            holder = _lock_holder(conn)
             raise MigrationError(
                 f"another migrator (backend pid {holder}) held the migration lock for "
                 f"{wait_seconds:g}s; nothing was applied: retry later or raise --lock-wait"
@@ -313,71 +440,140 @@ def acquire_lock(
         time.sleep(poll_seconds)
 
 
-def release_lock(conn: psycopg.Connection) -> None:
-    conn.execute("select pg_advisory_unlock(%s)", (LOCK_KEY,))
+# -- what up runs and plan prints -------------------------------------------------
 
 
-def _session_settings(lock_timeout: str) -> list[sql.Composed | sql.SQL]:
-    return [
-        sql.SQL("set local lock_timeout = {}").format(sql.Literal(lock_timeout)),
-        sql.SQL("set local search_path = pg_catalog, pg_temp"),
-    ]
+@dataclass(frozen=True)
+class Step:
+    """One statement `up` executes and `plan` prints, exactly as composed here."""
+
+    query: sql.SQL | sql.Composed
+    file: MigrationFile | None = None
+    statement: str | None = None  # the file's own statement, for error messages
+    done: bool = False  # the history insert: after it, the file counts as applied
+    cleanup: bool = False  # resets session settings: run even when a statement failed
 
 
-def _record(conn: psycopg.Connection, mig: MigrationFile, elapsed_ms: int) -> None:
-    conn.execute(
+@dataclass(frozen=True)
+class Phase:
+    """Steps in one transaction, or (transactional=False) one statement at a time."""
+
+    transactional: bool
+    steps: tuple[Step, ...]
+    title: str
+
+
+# Milliseconds since the file's first step, computed by the server, so that the same
+# statement serves `up` and a psql replay of `plan`.
+_STARTED = "agentkeel.file_started"
+_ELAPSED_MS = sql.SQL(
+    "((pg_catalog.date_part('epoch', pg_catalog.clock_timestamp())"
+    " - pg_catalog.current_setting({})::double precision) * 1000)::integer"
+).format(sql.Literal(_STARTED))
+
+
+def _record(mig: MigrationFile) -> sql.Composed:
+    return sql.SQL(
         "insert into keel.migration_history"
         " (name, kind, version, checksum, execution_ms, agentkeel_version)"
-        " values (%s, %s, %s, %s, %s, %s)"
+        " values ({}, {}, {}, {}, {}, {})"
         " on conflict on constraint migration_history_pkey do update set"
         " checksum = excluded.checksum, applied_at = now(), applied_by = current_user,"
-        " execution_ms = excluded.execution_ms, agentkeel_version = excluded.agentkeel_version",
-        (mig.name, mig.kind, mig.version, mig.checksum, elapsed_ms, __version__),
+        " execution_ms = excluded.execution_ms, agentkeel_version = excluded.agentkeel_version"
+    ).format(
+        sql.Literal(mig.name),
+        sql.Literal(mig.kind),
+        sql.SQL("null") if mig.version is None else sql.Literal(mig.version),
+        sql.Literal(mig.checksum),
+        _ELAPSED_MS,
+        sql.Literal(__version__),
     )
 
 
-def _fail(mig: MigrationFile, stmt: str, err: psycopg.Error) -> MigrationError:
-    first = stmt.strip().splitlines()[0][:80]
+def _file_steps(mig: MigrationFile, lock_timeout: str) -> list[Step]:
+    scope = sql.SQL("local ") if mig.transactional else sql.SQL("")
+    steps = [
+        Step(sql.SQL("set {}lock_timeout = {}").format(scope, sql.Literal(lock_timeout)), mig),
+        Step(sql.SQL("set {}search_path = pg_catalog, pg_temp").format(scope), mig),
+        Step(
+            sql.SQL(
+                "select pg_catalog.set_config({}, pg_catalog.date_part('epoch',"
+                " pg_catalog.clock_timestamp())::text, {})"
+            ).format(sql.Literal(_STARTED), sql.Literal(mig.transactional)),
+            mig,
+        ),
+    ]
+    steps += [Step(sql.SQL(stmt.strip()), mig, stmt) for stmt in mig.statements()]
+    steps.append(Step(_record(mig), mig, done=True))
+    if not mig.transactional:
+        steps += [
+            Step(sql.SQL("reset lock_timeout"), mig, cleanup=True),
+            Step(sql.SQL("reset search_path"), mig, cleanup=True),
+            Step(sql.SQL("reset {}").format(sql.Identifier(*_STARTED.split("."))), cleanup=True),
+        ]
+    return steps
+
+
+def migration_phases(todo: list[MigrationFile], lock_timeout: str) -> list[Phase]:
+    """Everything `up` runs for these files, in order; `plan` prints the same.
+
+    1. One transaction: the history table, then every transactional file in order
+       (schema/, functions/, policies/). A failure rolls all of it back.
+    2. After it commits, each no-transaction file, one statement at a time.
+    3. If there were any: policies/ again in a last transaction, so that what the
+       no-transaction files made is owned, granted and covered by row-level security too.
+    """
+    if not todo:
+        return []
+    main = [Step(sql.SQL(stmt)) for stmt in HISTORY_DDL]
+    for mig in todo:
+        if mig.transactional:
+            main += _file_steps(mig, lock_timeout)
+    phases = [Phase(True, tuple(main), "one transaction: every transactional file")]
+    outside = [m for m in todo if not m.transactional]
+    for mig in outside:
+        phases.append(
+            Phase(False, tuple(_file_steps(mig, lock_timeout)), f"{mig.name}: no transaction")
+        )
+    policies = [m for m in todo if m.transactional and m.name.startswith("policies/")]
+    if outside and policies:
+        again = [s for m in policies for s in _file_steps(m, lock_timeout)]
+        phases.append(Phase(True, tuple(again), "policies/ again, after the no-transaction files"))
+    return phases
+
+
+def _fail(step: Step, phase: Phase, err: psycopg.Error) -> MigrationError:
+    text = step.statement if step.statement is not None else step.query.as_string()
+    first = text.strip().splitlines()[0][:80]
     what = "lock_timeout expired" if err.sqlstate == "55P03" else f"SQLSTATE {err.sqlstate}"
-    rolled = "it was rolled back" if mig.transactional else "earlier statements of it stay applied"
+    if phase.transactional:
+        rolled = "its transaction was rolled back"
+    else:
+        rolled = "earlier statements of it stay applied"
+    where = step.file.name if step.file is not None else "the migration history"
     return MigrationError(
-        f"{mig.name} failed at `{first}` ({what}): {err.diag.message_primary or err}; {rolled}"
+        f"{where} failed at `{first}` ({what}): {err.diag.message_primary or err}; {rolled}"
     )
 
 
-def _execute_all(conn: psycopg.Connection, mig: MigrationFile) -> None:
-    for stmt in mig.statements():
-        try:
-            conn.execute(stmt.encode("utf-8"))
-        except psycopg.Error as err:
-            raise _fail(mig, stmt, err) from err
-
-
-def apply_one(conn: psycopg.Connection, mig: MigrationFile, lock_timeout: str) -> int:
-    """Apply one file and record it; returns milliseconds taken. conn is in autocommit mode."""
-    started = time.monotonic()
-    if mig.transactional:
-        with conn.transaction():
-            for setting in _session_settings(lock_timeout):
-                conn.execute(setting)
-            _execute_all(conn, mig)
-            elapsed = int((time.monotonic() - started) * 1000)
-            _record(conn, mig, elapsed)
-        return elapsed
-    conn.execute(sql.SQL("set lock_timeout = {}").format(sql.Literal(lock_timeout)))
+def _run_steps(
+    conn: psycopg.Connection, phase: Phase, on_done: Callable[[MigrationFile], None]
+) -> None:
     try:
-        _execute_all(conn, mig)
+        for step in phase.steps:
+            if step.cleanup:
+                continue
+            try:
+                conn.execute(step.query)
+            except psycopg.Error as err:
+                raise _fail(step, phase, err) from err
+            if step.done and step.file is not None:
+                on_done(step.file)
     finally:
-        conn.execute("reset lock_timeout")
-    elapsed = int((time.monotonic() - started) * 1000)
-    _record(conn, mig, elapsed)
-    return elapsed
-
-
-def bootstrap(conn: psycopg.Connection) -> None:
-    with conn.transaction():
-        for stmt in HISTORY_DDL:
-            conn.execute(stmt)
+        if not phase.transactional:
+            for step in phase.steps:
+                if step.cleanup:
+                    conn.execute(step.query)
 
 
 def migrate_up(
@@ -393,50 +589,89 @@ def migrate_up(
     if not conn.autocommit:
         raise ValueError("migrate_up needs a connection in autocommit mode")
     sources = load_sources(root)
-    acquire_lock(conn, lock_wait, on_wait)
-    try:
-        # Read the history only under the lock: a migrator that waited sees what
-        # the other one applied and has nothing left to do.
-        plan = make_plan(sources, read_history(conn))
-        if plan.problems:
-            raise RefusedError("; ".join(plan.problems))
-        todo = plan.to_apply
-        if todo:
-            bootstrap(conn)
-        for mig in todo:
-            elapsed = apply_one(conn, mig, lock_timeout)
+    # Through a pooler, a server-side prepared statement may be missing on the next backend.
+    prepare_threshold = conn.prepare_threshold
+    conn.prepare_threshold = None
+    session_locked = False
+    applied: list[MigrationFile] = []
+    timings: list[tuple[MigrationFile, int]] = []
+    started = time.monotonic()
+
+    def done(mig: MigrationFile) -> None:
+        nonlocal started
+        now = time.monotonic()
+        timings.append((mig, int((now - started) * 1000)))
+        started = now
+
+    def report() -> None:
+        for mig, ms in timings:
+            if mig not in applied:
+                applied.append(mig)
             if on_applied is not None:
-                on_applied(mig, elapsed)
-        return todo
+                on_applied(mig, ms)
+        timings.clear()
+
+    try:
+        with locked_transaction(conn, lock_wait, on_wait):
+            # Read the database only under the lock: a migrator that waited sees what
+            # the other one applied and has nothing left to do.
+            target = read_target(conn)
+            plan = make_plan(sources, target.history, target)
+            if plan.problems:
+                raise RefusedError("; ".join(plan.problems))
+            phases = migration_phases(plan.to_apply, lock_timeout)
+            if not phases:
+                return []
+            if len(phases) > 1:
+                # No-transaction files run after this transaction: a session lock (the
+                # planner refused a pooled connection) keeps other migrators out until then.
+                conn.execute(SESSION_LOCK)
+                session_locked = True
+            started = time.monotonic()
+            _run_steps(conn, phases[0], done)
+        report()
+        for phase in phases[1:]:
+            started = time.monotonic()
+            if phase.transactional:
+                with conn.transaction():
+                    _run_steps(conn, phase, done)
+            else:
+                _run_steps(conn, phase, done)
+            report()
+        return applied
     finally:
-        release_lock(conn)
+        timings.clear()
+        if session_locked and not conn.closed:
+            conn.execute(SESSION_UNLOCK)
+        conn.prepare_threshold = prepare_threshold
 
 
-def plan_sql(todo: Iterable[MigrationFile], lock_timeout: str) -> str:
-    """The SQL `up` would run, as a psql-ready script a DBA can review or run by hand."""
-    out = [
-        f"-- agentkeel {__version__}: pending migrations",
-        "-- History table (created by agentkeel migrate up if missing):",
-        *(f"{stmt};" for stmt in HISTORY_DDL),
-        "",
-    ]
-    for mig in todo:
-        out.append(f"-- {mig.name} ({mig.kind}, sha256 {mig.checksum})")
-        if mig.transactional:
+def plan_sql(todo: list[MigrationFile], lock_timeout: str, conn: psycopg.Connection) -> str:
+    """The SQL `up` would run, as a psql-ready script a DBA can review or run by hand.
+
+    The statements are `migration_phases`, rendered by psycopg as `up` sends them; only
+    the lock differs: `up` polls pg_try_advisory_xact_lock under --lock-wait, the script
+    waits in pg_advisory_xact_lock.
+    """
+    phases = migration_phases(todo, lock_timeout)
+    out = [f"-- agentkeel {__version__}: pending migrations", ""]
+    for index, phase in enumerate(phases):
+        out.append(f"-- {phase.title}")
+        if phase.transactional:
             out.append("begin;")
-            out.append(f"set local lock_timeout = '{lock_timeout}';")
-            out.append("set local search_path = pg_catalog, pg_temp;")
-        out.extend(f"{stmt.strip()};" for stmt in mig.statements())
-        version = "null" if mig.version is None else str(mig.version)
-        out.append(
-            "insert into keel.migration_history"
-            " (name, kind, version, checksum, execution_ms, agentkeel_version)"
-            f" values ('{mig.name}', '{mig.kind}', {version}, '{mig.checksum}', 0,"
-            f" '{__version__}')"
-            " on conflict on constraint migration_history_pkey do update set"
-            " checksum = excluded.checksum, applied_at = now();"
-        )
-        if mig.transactional:
+        if index == 0:
+            out.append(f"{XACT_LOCK.as_string(conn)};")
+            if len(phases) > 1:
+                out.append(f"{SESSION_LOCK.as_string(conn)};")
+        current: MigrationFile | None = None
+        for step in phase.steps:
+            if step.file is not None and step.file is not current:
+                current = step.file
+                out.append(f"-- {current.name} ({current.kind}, sha256 {current.checksum})")
+            out.append(f"{step.query.as_string(conn)};")
+        if phase.transactional:
             out.append("commit;")
         out.append("")
+    if len(phases) > 1:
+        out.append(f"{SESSION_UNLOCK.as_string(conn)};")
     return "\n".join(out)
