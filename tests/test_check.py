@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from agentkeel.check import rule_files
+from agentkeel.check import RuleError, rule_files, rule_guarantee, run_rule
+from agentkeel_conformance.guarantees import GUARANTEES
 from conftest import REPO, run_agentkeel
 
 
@@ -173,6 +174,49 @@ def test_junit_output_has_one_case_per_rule_and_fails_the_broken_one(owner, migr
     assert set(cases) == {p.stem for p in rule_files()}
     assert cases["rls_forced"].find("failure") is not None
     assert cases["tenant_keys"].find("failure") is None
+    guarantees = {
+        name: case.find("properties/property[@name='guarantee']").get("value")
+        for name, case in cases.items()
+    }
+    assert guarantees == {p.stem: rule_guarantee(p) for p in rule_files()}
+
+
+def test_every_rule_file_names_one_known_guarantee():
+    guarantees = {p.stem: rule_guarantee(p) for p in rule_files()}
+    assert set(guarantees.values()) <= set(GUARANTEES), guarantees
+    assert guarantees["events_append_only"] == "G4"
+    assert guarantees["role_timeouts"] == "G7"
+
+
+def test_a_rule_file_without_a_guarantee_is_refused(tmp_path):
+    rule = tmp_path / "no_guarantee.sql"
+    rule.write_text("select 'no_guarantee' as rule, 'error' as level;\n")
+    with pytest.raises(RuleError, match="exactly one guarantee"):
+        rule_guarantee(rule)
+
+
+def test_rows_that_contradict_their_rule_file_are_refused(migrated_db, tmp_path):
+    rule = tmp_path / "mixed.sql"
+    rule.write_text(
+        "select 'mixed' as rule, 'G4' as guarantee, 'error' as level, 'x' as object,"
+        " 'p' as problem, 'r' as remedy"
+        " union all select 'mixed', 'G1', 'error', 'y', 'p', 'r'\n"
+    )
+    with (
+        psycopg.connect(migrated_db, autocommit=True) as conn,
+        pytest.raises(RuleError, match="guarantee 'G1'"),
+    ):
+        run_rule(conn, rule)
+
+
+def test_findings_carry_the_guarantee_and_level_of_their_rule(owner, migrated_db):
+    owner.execute("grant update on keel.task_events to keel_app")
+    owner.execute("alter table keel.tasks no force row level security")
+    by_rule = {(f["rule"], f["guarantee"], f["level"]) for f in findings(migrated_db)}
+    assert by_rule == {("events_append_only", "G4", "error"), ("rls_forced", "G1", "error")}
+    human = run_agentkeel("check", "--dsn", migrated_db)
+    assert human.returncode == 1
+    assert "G4" in human.stdout and "G1" in human.stdout and "2 error(s)" in human.stdout
 
 
 def test_human_output_names_the_object_and_exits_1(owner, migrated_db):

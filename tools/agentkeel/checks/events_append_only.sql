@@ -2,6 +2,8 @@
 -- and the append-only trigger is installed and enabled (G4).
 select
     'events_append_only' as rule,
+    'G4' as guarantee,
+    'error' as level,
     'keel.task_events' as object,
     format('%s may %s events', coalesce(r.rolname, 'PUBLIC'), acl.privilege_type) as problem,
     format(
@@ -19,6 +21,8 @@ union all
 
 select
     'events_append_only',
+    'G4',
+    'error',
     'keel.task_events',
     'the append-only trigger is missing or disabled',
     'Run `agentkeel migrate up` (policies/05_append_only.sql), or ALTER TABLE keel.task_events ENABLE TRIGGER task_events_append_only;'
@@ -31,4 +35,4 @@ where
             and t.tgname = 'task_events_append_only'
             and t.tgenabled in ('O', 'A')
     )
-order by 2, 3;
+order by 4, 5;
