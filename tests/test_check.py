@@ -110,6 +110,24 @@ BROKEN = {
         "keel.task_events",
         "missing or disabled",
     ),
+    "truncate trigger disabled": (
+        "alter table keel.task_events disable trigger task_events_append_only_truncate",
+        "events_append_only",
+        "keel.task_events",
+        "task_events_append_only_truncate is disabled",
+    ),
+    "truncate trigger dropped": (
+        "drop trigger task_events_append_only_truncate on keel.task_events",
+        "events_append_only",
+        "keel.task_events",
+        "nothing refuses TRUNCATE",
+    ),
+    "append-only trigger only for replicas": (
+        "alter table keel.task_events enable replica trigger task_events_append_only",
+        "events_append_only",
+        "keel.task_events",
+        "fires only with session_replication_role = replica",
+    ),
     "object owned by another role": (
         "alter table keel.settings owner to keel_app",
         "application_roles",
@@ -245,3 +263,19 @@ def test_every_rule_file_runs_in_psql_as_is(migrated_db):
         assert out.returncode == 0, (path, out.stderr)
         assert "(0 rows)" in out.stdout
     assert (REPO / "tools" / "agentkeel" / "checks").is_dir()
+
+
+def test_a_disabled_trigger_on_any_append_only_table_is_named(owner, migrated_db):
+    owner.execute(
+        "create table keel.audit_log (note text);"
+        " create trigger audit_log_append_only before update or delete on keel.audit_log"
+        " for each row execute function keel.refuse_event_change();"
+        " alter table keel.audit_log disable trigger audit_log_append_only"
+    )
+    found = {
+        f["problem"]
+        for f in findings(migrated_db)
+        if f["rule"] == "events_append_only" and f["object"] == "keel.audit_log"
+    }
+    assert "the append-only trigger audit_log_append_only is disabled" in found, found
+    assert any("nothing refuses TRUNCATE" in p for p in found), found
