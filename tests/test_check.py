@@ -128,6 +128,12 @@ BROKEN = {
         "keel.task_events",
         "fires only with session_replication_role = replica",
     ),
+    "table neither tenant nor global": (
+        "create table keel.scratch (id bigint not null, constraint scratch_pkey primary key (id))",
+        "tenant_or_global",
+        "keel.scratch",
+        "neither a tenant table",
+    ),
     "object owned by another role": (
         "alter table keel.settings owner to keel_app",
         "application_roles",
@@ -279,3 +285,24 @@ def test_a_disabled_trigger_on_any_append_only_table_is_named(owner, migrated_db
     }
     assert "the append-only trigger audit_log_append_only is disabled" in found, found
     assert any("nothing refuses TRUNCATE" in p for p in found), found
+
+
+def test_a_table_declared_global_and_tenant_owned_is_reported(owner, migrated_db):
+    owner.execute("alter table keel.settings add column tenant_id uuid")
+    found = [
+        f
+        for f in findings(migrated_db)
+        if f["rule"] == "tenant_or_global" and f["object"] == "keel.settings"
+    ]
+    assert any("declared global" in f["problem"] for f in found), found
+
+
+def test_every_table_of_a_fresh_install_is_tenant_or_declared_global(owner):
+    declared = {r[0] for r in owner.execute("select table_name from keel.global_tables()")}
+    tables = owner.execute(
+        "select c.oid::regclass::text, exists (select 1 from pg_attribute a"
+        "  where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped)"
+        " from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = 'keel' and c.relkind in ('r', 'p')"
+    ).fetchall()
+    assert declared == {name for name, tenant in tables if not tenant}
