@@ -5,7 +5,7 @@ with tables as (
     select
         c.oid,
         format('%I.%I', n.nspname, c.relname) as name,
-        exists (
+        exists(
             select 1 from pg_catalog.pg_attribute as a
             where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped
         ) as has_tenant_id
