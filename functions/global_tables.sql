@@ -1,24 +1,25 @@
--- The one list of keel tables that are not tenant-owned (G1). Every other keel table has
--- tenant_id uuid not null in every key. `agentkeel lint` reads the names from this file
--- and `agentkeel check` compares them with the catalog, so neither keeps a copy.
+-- Tenancy (G1): the one declaration of the keel tables that are not tenant tables.
+-- Every other table in keel is a tenant table: tenant_id in every key, RLS forced.
+-- `agentkeel check` (tools/agentkeel/checks/tenant_or_global.sql) calls this function;
+-- `agentkeel lint` reads the values list below from this file's text, so it stays a
+-- plain list of string literals: (table, placement).
+-- placement: 'reference', a copy on every Citus node; 'local', a plain per-node table
+-- that is never distributed.
 create or replace function keel.global_tables()
-returns setof text
+returns table (table_name text, placement text)
 language sql
 immutable
 parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-    select t.name
-    from (
-        values
-        ('keel.workflows'),
-        ('keel.workflow_transitions'),
-        ('keel.settings'),
-        ('keel.redaction_rules'),
-        ('keel.tenant_token_keys'),
-        ('keel.migration_history')
-    ) as t (name)
+    values
+    ('keel.migration_history', 'local'),
+    ('keel.redaction_rules', 'reference'),
+    ('keel.settings', 'reference'),
+    ('keel.tenant_token_keys', 'local'),
+    ('keel.workflow_transitions', 'reference'),
+    ('keel.workflows', 'reference')
 $$;
 
 comment on function keel.global_tables() is
-'The schema-qualified names of the keel tables that are global, not tenant-owned: workflow definitions, operator settings, the redaction deny-list, token signing keys and the migrator''s history. Every other keel table is a tenant table (tenant_id uuid not null in every key, row-level security forced).';
+'The keel tables that are declared global (not owned by a tenant), by qualified name, with their placement: reference (a copy on every Citus node) or local (per node, never distributed). A keel table that has no tenant_id and is not listed here fails agentkeel check (rule tenant_or_global).';

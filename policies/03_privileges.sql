@@ -26,6 +26,9 @@ keel.verify_tenant_token(text),
 keel.error_codes()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 
+-- The declared global tables: what `agentkeel check` reads as whichever trusted role runs it.
+grant execute on function keel.global_tables() to keel_app, keel_worker, keel_auditor;
+
 -- keel_app: trusted server code, for the tenant in its context.
 grant execute on function
 keel.create_tenant(uuid, text),

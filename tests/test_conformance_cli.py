@@ -148,6 +148,19 @@ MUTATIONS = {
         "G4",
         "test_the_owner_is_refused_too",
     ),
+    "G4: the append-only trigger lets TRUNCATE through": (
+        "refuse_event_change.sql",
+        [
+            (
+                r"begin\n    if tg_op",
+                "begin\n    if tg_op = 'TRUNCATE' then\n        return null;\n    end if;"
+                "\n    if tg_op",
+                1,
+            )
+        ],
+        "G4",
+        "test_the_owner_cannot_truncate_events",
+    ),
     "G5: completion without the fencing check": (
         "finish_operation.sql",
         [

@@ -50,6 +50,21 @@ def test_the_owner_is_refused_too(connect, tenant, history, change):
     assert tenant_snapshot(conn, tenant) == before
 
 
+def test_the_owner_cannot_truncate_events(connect, tenant, history):
+    conn = connect(owner=True)
+    before = tenant_snapshot(conn, tenant)
+    # Rolled back whatever happens: where the trigger lets TRUNCATE through, every tenant's
+    # history would be gone. TRUNCATE locks the table before its trigger runs: briefly.
+    with pytest.raises(psycopg.Error) as info, conn.transaction(force_rollback=True):
+        conn.execute("set local lock_timeout = '2s'")
+        conn.execute("truncate keel.task_events")
+    if info.value.sqlstate == "55P03":
+        pytest.skip("keel.task_events is busy: TRUNCATE could not take its lock within 2 s")
+    assert info.value.sqlstate == "55K07", info.value
+    assert "append-only: TRUNCATE refused" in str(info.value)
+    assert tenant_snapshot(conn, tenant) == before
+
+
 def test_a_purge_may_delete_but_never_update(connect, tenant, history):
     conn = connect(owner=True)
     with conn.transaction(force_rollback=True):
@@ -65,16 +80,18 @@ def test_a_purge_may_delete_but_never_update(connect, tenant, history):
     assert info.value.sqlstate == "55K07"
 
 
-def test_the_append_only_trigger_is_installed_and_enabled(connect):
+@pytest.mark.parametrize("trigger", ["task_events_append_only", "task_events_append_only_truncate"])
+def test_the_append_only_triggers_are_installed_and_enabled(connect, trigger):
     row = (
         connect()
         .execute(
             "select tgenabled from pg_trigger"
-            " where tgrelid = 'keel.task_events'::regclass and tgname = 'task_events_append_only'"
+            " where tgrelid = 'keel.task_events'::regclass and tgname = %s",
+            (trigger,),
         )
         .fetchone()
     )
-    assert row == ("O",), "the append-only trigger is missing or disabled"
+    assert row == ("O",), f"the append-only trigger {trigger} is missing or disabled"
 
 
 def test_the_auditor_reads_every_tenants_history(login_role, make_tenant, keel, workflow):

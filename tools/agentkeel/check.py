@@ -1,12 +1,16 @@
 """`agentkeel check`: read-only catalog posture checks, one SQL file per rule.
 
-Each file in checks/ is a plain query returning rows of one shape (rule, object,
-problem, remedy), so a DBA can run it with psql as well.
+Each file in checks/ is a plain query returning rows of one shape (rule, guarantee,
+level, object, problem, remedy), so a DBA can run it with psql as well. The file itself
+says which guarantee it checks: its first select names it as a literal
+(`'G4' as guarantee`), which is read from the text before any database is reached (the
+conformance suite marks its tests with it) and compared with every row the rule returns.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,10 +19,18 @@ import psycopg
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
+# The result columns every rule returns, in this order.
+COLUMNS = ("rule", "guarantee", "level", "object", "problem", "remedy")
+LEVELS = ("error", "warning")
+# The guarantee literal of a rule file, e.g. `'G4' as guarantee`: exactly one per file.
+GUARANTEE = re.compile(r"'(G\d+)'\s+as\s+guarantee\b")
+
 
 @dataclass(frozen=True)
 class Finding:
     rule: str
+    guarantee: str
+    level: str
     object: str
     problem: str
     remedy: str
@@ -28,13 +40,39 @@ class SchemaMissing(Exception):
     """The database has no agentkeel schema to check."""
 
 
+class RuleError(Exception):
+    """A rule file is malformed: no guarantee, or rows that contradict it."""
+
+
 def rule_files() -> list[Path]:
     return sorted(CHECKS_DIR.glob("*.sql"))
 
 
+def rule_guarantee(path: Path) -> str:
+    """The guarantee a rule file checks, as the file itself states it."""
+    found: set[str] = set(GUARANTEE.findall(path.read_text(encoding="utf-8")))
+    if len(found) != 1:
+        raise RuleError(
+            f"{path.name}: a rule names exactly one guarantee as `'G<n>' as guarantee`,"
+            f" found {sorted(found) or 'none'}"
+        )
+    return found.pop()
+
+
 def _findings(conn: psycopg.Connection, path: Path) -> list[Finding]:
-    rows = conn.execute(path.read_text(encoding="utf-8").encode()).fetchall()
-    return [Finding(*(str(v) for v in r)) for r in rows]
+    guarantee = rule_guarantee(path)
+    cursor = conn.execute(path.read_text(encoding="utf-8").encode())
+    columns = tuple(d.name for d in cursor.description or ())
+    if columns != COLUMNS:
+        raise RuleError(f"{path.name}: returns columns {columns}, not {COLUMNS}")
+    findings = [Finding(*(str(v) for v in r)) for r in cursor.fetchall()]
+    for f in findings:
+        if (f.rule, f.guarantee) != (path.stem, guarantee) or f.level not in LEVELS:
+            raise RuleError(
+                f"{path.name}: a row says rule {f.rule!r}, guarantee {f.guarantee!r}, level"
+                f" {f.level!r}; the file is rule {path.stem!r} of {guarantee}, levels {LEVELS}"
+            )
+    return findings
 
 
 def run_rule(conn: psycopg.Connection, path: Path) -> list[Finding]:
@@ -51,7 +89,31 @@ def run_checks(conn: psycopg.Connection) -> dict[str, list[Finding]]:
         row = conn.execute("select to_regnamespace('keel') is not null").fetchone()
         if not row or not row[0]:
             raise SchemaMissing("the database has no keel schema: run `agentkeel migrate up` first")
-        return {path.stem: _findings(conn, path) for path in rule_files()}
+        return {path.stem: _guarded(conn, path) for path in rule_files()}
+
+
+def _guarded(conn: psycopg.Connection, path: Path) -> list[Finding]:
+    """A rule's findings; a rule the database cannot run (a schema older than this
+    agentkeel, say) is a finding of its own, and the other rules still run."""
+    try:
+        with conn.transaction():  # a savepoint
+            return _findings(conn, path)
+    except psycopg.Error as e:
+        return [
+            Finding(
+                path.stem,
+                rule_guarantee(path),
+                "error",
+                path.name,
+                f"the rule could not run: {e.sqlstate}: {str(e).splitlines()[0]}",
+                "Run `agentkeel migrate up` with this agentkeel version, then check again.",
+            )
+        ]
+
+
+def failing_findings(results: dict[str, list[Finding]]) -> list[Finding]:
+    """The findings that fail the check (warnings are reported, and pass)."""
+    return [f for findings in results.values() for f in findings if f.level == "error"]
 
 
 def to_json(results: dict[str, list[Finding]]) -> str:
@@ -65,21 +127,30 @@ def to_json(results: dict[str, list[Finding]]) -> str:
 
 
 def to_junit(results: dict[str, list[Finding]]) -> str:
-    failures = sum(1 for findings in results.values() if findings)
+    failed = {f.rule for f in failing_findings(results)}
     suite = ET.Element(
         "testsuite",
         name="agentkeel check",
         tests=str(len(results)),
-        failures=str(failures),
+        failures=str(len(failed)),
         errors="0",
     )
     for rule, findings in sorted(results.items()):
         case = ET.SubElement(suite, "testcase", classname="agentkeel.check", name=rule)
-        if findings:
+        ET.SubElement(
+            ET.SubElement(case, "properties"),
+            "property",
+            name="guarantee",
+            value=rule_guarantee(CHECKS_DIR / f"{rule}.sql"),
+        )
+        text = "\n".join(
+            f"{f.level}: {f.object}: {f.problem}\n  remedy: {f.remedy}" for f in findings
+        )
+        if rule in failed:
             failure = ET.SubElement(
                 case, "failure", message=f"{len(findings)} finding(s)", type="finding"
             )
-            failure.text = "\n".join(
-                f"{f.object}: {f.problem}\n  remedy: {f.remedy}" for f in findings
-            )
+            failure.text = text
+        elif findings:
+            ET.SubElement(case, "system-out").text = text
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentkeel import __version__
-from agentkeel.check import SchemaMissing, run_checks, to_json, to_junit
+from agentkeel.check import SchemaMissing, failing_findings, run_checks, to_json, to_junit
 from agentkeel.distribute import citus_installed, read_layout, script, statements
 from agentkeel.embedded import EmbeddedError, PostgresNotFound, find_bindir
 from agentkeel.exitcodes import AgentkeelError, ExitCode, lookup, markdown_table
@@ -322,7 +322,7 @@ def validate(dsn: str | None, sql_dir: Path | None) -> None:
     help="Write the report to a file instead of standard output.",
 )
 def check(dsn: str | None, fmt: str, output: Path | None) -> None:
-    """Read-only posture checks of the catalog; exit 1 on any finding."""
+    """Read-only posture checks of the catalog; exit 1 on any error (warnings pass)."""
     with connect_dsn(require_dsn(dsn), autocommit=False) as conn:
         results = run_checks(conn)
     findings = [f for fs in results.values() for f in fs]
@@ -338,9 +338,11 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
         else:
             click.echo(report)
     else:
-        table = Table("rule", "object", "problem", "remedy", title="agentkeel check")
+        table = Table(
+            "rule", "guarantee", "level", "object", "problem", "remedy", title="agentkeel check"
+        )
         for f in findings:
-            table.add_row(f.rule, f.object, f.problem, f.remedy)
+            table.add_row(f.rule, f.guarantee, f.level, f.object, f.problem, f.remedy)
         console = Console(
             file=io.StringIO() if output else None,
             record=output is not None,
@@ -349,14 +351,15 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
         )
         if findings:
             console.print(table)
+        failing = len(failing_findings(results))
         console.print(
-            f"{len(findings)} finding(s) in {len(results)} rules"
+            f"{failing} error(s), {len(findings) - failing} warning(s) in {len(results)} rules"
             if findings
             else f"all {len(results)} rules pass: {', '.join(sorted(results))}"
         )
         if output is not None:
             output.write_text(console.export_text(), encoding="utf-8")
-    if findings:
+    if failing_findings(results):
         sys.exit(ExitCode.FINDINGS)
 
 

@@ -41,6 +41,8 @@ keel_objects as (
 
 select
     'application_roles' as rule,
+    'G1' as guarantee,
+    'error' as level,
     a.rolname::text as object,
     'an application role is a superuser' as problem,
     format('ALTER ROLE %I NOSUPERUSER;', a.rolname) as remedy
@@ -52,6 +54,8 @@ union all
 
 select
     'application_roles',
+    'G1',
+    'error',
     a.rolname::text,
     'an application role has BYPASSRLS',
     format('ALTER ROLE %I NOBYPASSRLS;', a.rolname)
@@ -63,6 +67,8 @@ union all
 
 select
     'application_roles',
+    'G1',
+    'error',
     o.name,
     format('owned by %s, not keel_owner', pg_catalog.pg_get_userbyid(o.owner)),
     'Run `agentkeel migrate up` (policies/02_ownership.sql hands every object to keel_owner).'
@@ -77,6 +83,8 @@ union all
 
 select
     'application_roles',
+    'G1',
+    'error',
     r.rolname::text,
     'a member of keel_agent is also a member of a trusted role, so it can skip the signed token',
     format('Use separate logins for agents and server code: REVOKE keel_app, keel_worker FROM %I;', r.rolname)
@@ -90,4 +98,4 @@ where
         or pg_catalog.pg_has_role(r.oid, 'keel_worker', 'member')
         or pg_catalog.pg_has_role(r.oid, 'keel_owner', 'member')
     )
-order by 2, 3;
+order by 4, 5;

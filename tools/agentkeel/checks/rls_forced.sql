@@ -1,8 +1,10 @@
 -- agentkeel check: every table with a tenant_id column has row-level security enabled
 -- and forced, and a tenant_isolation policy on keel.current_tenant() (G1).
--- Returns one row per finding: rule, object, problem, remedy.
+-- Returns one row per finding: rule, guarantee, level, object, problem, remedy.
 select
     'rls_forced' as rule,
+    'G1' as guarantee,
+    'error' as level,
     c.oid::regclass::text as object,
     problem.text as problem,
     'Run `agentkeel migrate up`: policies/04_row_level_security.sql enables, forces and creates the policy.' as remedy
@@ -31,4 +33,4 @@ cross join
         )
     ) as problem
 where n.nspname = 'keel' and c.relkind in ('r', 'p')
-order by 2, 3;
+order by 4, 5;

@@ -23,6 +23,8 @@ required (setting) as (
 
 select
     'role_timeouts' as rule,
+    'G7' as guarantee,
+    'error' as level,
     a.rolname::text as object,
     format('no %s default (or it is 0)', q.setting) as problem,
     format('ALTER ROLE %I SET %s = ''...'';  -- see README, Roles', a.rolname, q.setting) as remedy
@@ -42,4 +44,4 @@ where
             and split_part(c.config, '=', 1) = q.setting
             and split_part(c.config, '=', 2) not in ('0', '')
     )
-order by 2, 3;
+order by 4, 5;

@@ -2,6 +2,8 @@
 -- by keel_owner; nothing in keel is executable by PUBLIC (G1).
 select
     'security_definer' as rule,
+    'G1' as guarantee,
+    'error' as level,
     p.oid::regprocedure::text as object,
     'SECURITY DEFINER without a pinned search_path' as problem,
     format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp;', p.oid::regprocedure) as remedy
@@ -19,6 +21,8 @@ union all
 
 select
     'security_definer',
+    'G1',
+    'error',
     p.oid::regprocedure::text,
     format('SECURITY DEFINER owned by %s, not keel_owner', pg_catalog.pg_get_userbyid(p.proowner)),
     format('ALTER FUNCTION %s OWNER TO keel_owner;', p.oid::regprocedure)
@@ -30,6 +34,8 @@ union all
 
 select
     'security_definer',
+    'G1',
+    'error',
     p.oid::regprocedure::text,
     'PUBLIC may execute it',
     format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC;', p.oid::regprocedure)
@@ -44,4 +50,4 @@ where
             where acl.grantee = 0 and acl.privilege_type = 'EXECUTE'
         )
     )
-order by 2, 3;
+order by 4, 5;

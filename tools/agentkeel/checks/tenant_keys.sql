@@ -14,6 +14,8 @@ with tenant_tables as (
 
 select
     'tenant_keys' as rule,
+    'G1' as guarantee,
+    'error' as level,
     t.oid::regclass::text || '.' || k.conname as object,
     case k.contype
         when 'p' then 'the primary key does not include tenant_id'
@@ -28,6 +30,8 @@ union all
 
 select
     'tenant_keys',
+    'G1',
+    'error',
     t.oid::regclass::text || '.' || i.indexrelid::regclass::text,
     'the unique index does not include tenant_id',
     'Add tenant_id as the first column of the index.'
@@ -45,6 +49,8 @@ union all
 
 select
     'tenant_keys',
+    'G1',
+    'error',
     t.oid::regclass::text || '.' || k.conname,
     case
         when not t.tenant_attnum = any(k.conkey)
@@ -61,4 +67,4 @@ where
         not t.tenant_attnum = any(k.conkey)
         or k.confkey[array_position(k.conkey, t.tenant_attnum)] is distinct from target.tenant_attnum
     )
-order by 2, 3;
+order by 4, 5;

@@ -2,6 +2,8 @@
 -- reader, not to the view owner (G1).
 select
     'views_security_invoker' as rule,
+    'G1' as guarantee,
+    'error' as level,
     c.oid::regclass::text as object,
     'the view is not security_invoker: it reads with its owner''s rights, around RLS' as problem,
     format('ALTER VIEW %s SET (security_invoker = true);', c.oid::regclass) as remedy
@@ -14,4 +16,4 @@ where
         'security_invoker=true' = any(c.reloptions) or 'security_invoker=on' = any(c.reloptions),
         false
     )
-order by 2;
+order by 4;
