@@ -29,4 +29,4 @@ def test_every_case_is_measured_and_cleaned_up(migrated_db):
 def test_the_command_prints_the_table(migrated_db):
     result = run_agentkeel("bench", "--dsn", migrated_db, "--rows", "100", "--repeats", "1")
     assert result.returncode == 0, result.stderr
-    assert "agent, signed token, keel.list_tasks page of 100" in result.stdout
+    assert "agent, signed token, keel.list_tasks page" in result.stdout

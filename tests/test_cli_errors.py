@@ -129,7 +129,7 @@ def test_bench_ignores_agentkeel_dsn_and_uses_an_embedded_cluster():
         "bench", "--rows", "50", "--repeats", "1", env={"AGENTKEEL_DSN": UNREACHABLE}
     )
     assert result.returncode == ExitCode.OK, result.stderr
-    assert "agent, signed token, sequential scan" in result.stdout
+    assert "agent, signed token, keel.list_tasks page" in result.stdout
 
 
 # -- the conformance suite fails fast ------------------------------------------------

@@ -94,7 +94,7 @@ def run(dsn: str, rows: int = 50_000, repeats: int = 3) -> list[Measurement]:
             ("app, plain context, primary-key index", as_app, plain, count, 2 * rows),
             ("app, plain context, sequential scan", as_app, plain + seq_scan, count, 2 * rows),
             (
-                f"agent, signed token, keel.list_tasks page of {page}",
+                "agent, signed token, keel.list_tasks page",
                 as_agent,
                 signed,
                 f"select count(*) from keel.list_tasks('{a}', p_limit => {page})",
