@@ -14,7 +14,11 @@ from psycopg import sql
 
 from agentkeel.client import set_tenant_context
 
-TENANT_TABLES = ("tenants", "tasks", "task_events", "operations", "outbox")
+
+def tenant_tables(conn: psycopg.Connection) -> list[str]:
+    """The tenant tables as the database defines them (keel.tenant_tables(), the list row-level
+    security is forced on), qualified: the suite never keeps a list of its own."""
+    return [str(row[0]) for row in conn.execute("select keel.tenant_tables()::text")]
 
 
 @contextmanager
@@ -33,13 +37,13 @@ def tenant_snapshot(
     that a refused call wrote nothing."""
     snapshot: dict[str, list[tuple[Any, ...]]] = {}
     with in_tenant(conn, tenant_id):
-        for table in TENANT_TABLES:
+        for table in tenant_tables(conn):
             query = sql.SQL(
-                "select to_jsonb(t)::text from keel.{} as t where t.tenant_id = %s order by 1"
-            ).format(sql.Identifier(table))
+                "select to_jsonb(t)::text from {} as t where t.tenant_id = %s order by 1"
+            ).format(sql.Identifier(*table.split(".")))
             snapshot[table] = conn.execute(query, (tenant_id,)).fetchall()
     # An empty view would make every comparison pass: the tenant must be visible.
-    assert snapshot["tenants"], "the tenant's own rows are not visible to the suite"
+    assert snapshot["keel.tenants"], "the tenant's own rows are not visible to the suite"
     return snapshot
 
 

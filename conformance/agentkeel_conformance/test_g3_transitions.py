@@ -181,3 +181,57 @@ def test_malformed_outbox_messages_are_refused_and_nothing_is_written(
     with pytest.raises(InvalidArgument):
         keel.transition_task(tenant, task.task_id, 1, "running", outbox=outbox)
     assert tenant_snapshot(connect(), tenant) == before
+
+
+def test_a_task_created_in_a_terminal_state_is_never_due(keel, tenant, workflow):
+    """An initial state with no edge out is terminal (keel.workflow_states): the task is
+    finished at birth, so no worker leases a task that could never move.
+    Mutation: born_due."""
+    keel.define_workflow(workflow.name, 10, "noted", [])
+    task = keel.create_task(tenant, workflow.name, 10)
+    assert (task.state, task.wake_at) == ("noted", None)
+    with pytest.raises(TaskNotClaimable):
+        keel.claim_lease(tenant, task.task_id, "w")
+
+
+def test_declared_terminal_states_are_stored_once(keel, connect, workflow):
+    """define_workflow stores which states are terminal; what transition_task, create_task
+    and claim_lease read. Mutation: none; born_due and the terminal-lease test above cover
+    its readers."""
+    edges = [("queued", "running"), ("running", "queued"), ("running", "done")]
+    assert keel.define_workflow(workflow.name, 11, "queued", edges, terminal_states=["done"])
+    assert keel.define_workflow(workflow.name, 11, "queued", edges) is False  # identical
+    rows = connect().execute(
+        "select state, terminal from keel.workflow_states"
+        " where workflow = %s and workflow_version = 11 order by state",
+        (workflow.name,),
+    )
+    assert rows.fetchall() == [("done", True), ("queued", False), ("running", False)]
+
+
+BAD_WORKFLOWS = {
+    "unreachable": ("queued", [("queued", "done"), ("orphan", "done")], None),
+    "dead end": (
+        "queued",
+        [("queued", "running"), ("running", "stuck"), ("running", "done")],
+        ["done"],
+    ),
+    "not a state": ("queued", [("queued", "done")], ["done", "nowhere"]),
+    "outgoing edge": ("queued", [("queued", "done")], ["queued", "done"]),
+}
+
+
+@pytest.mark.parametrize("problem", sorted(BAD_WORKFLOWS))
+def test_define_workflow_refuses_unreachable_and_dead_end_states(keel, connect, workflow, problem):
+    """A state no task can reach, or a non-terminal state no task can leave, is a broken
+    workflow: refused before any task is pinned to it.
+    Mutation: unreachable_states (the unreachable case; the others share its guard shape)."""
+    initial, edges, terminal = BAD_WORKFLOWS[problem]
+    version = 20 + sorted(BAD_WORKFLOWS).index(problem)
+    with pytest.raises(InvalidArgument, match=problem):
+        keel.define_workflow(workflow.name, version, initial, edges, terminal_states=terminal)
+    stored = connect().execute(
+        "select count(*) from keel.workflows where workflow = %s and workflow_version = %s",
+        (workflow.name, version),
+    )
+    assert stored.fetchone() == (0,)

@@ -243,17 +243,21 @@ class Keel:
         initial_state: str,
         transitions: Sequence[tuple[str, str]],
         description: str | None = None,
+        terminal_states: Sequence[str] | None = None,
     ) -> bool:
-        """Define a workflow version; True if created, False if the identical one exists."""
+        """Define a workflow version; True if created, False if the identical one exists.
+        Terminal states are those with no outgoing edge; when `terminal_states` is given,
+        every such state must be listed there (a dead end that is not is refused)."""
         with self.transaction(None) as conn:
             row = conn.execute(
-                "select keel.define_workflow(%s, %s, %s, %s, %s)",
+                "select keel.define_workflow(%s, %s, %s, %s, %s, %s)",
                 (
                     workflow,
                     version,
                     initial_state,
                     Jsonb([list(t) for t in transitions]),
                     description,
+                    None if terminal_states is None else list(terminal_states),
                 ),
             ).fetchone()
         return bool(row and row[0])
