@@ -19,6 +19,7 @@ from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
+from agentkeel_conformance.harness import delete_tenant
 
 TENANT_PREFIX = "agentkeel-conformance-"
 WORKFLOW_PREFIX = "akc-"
@@ -197,7 +198,7 @@ def make_tenant(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[], uuid.UUI
     yield _make_tenant
     with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         for tenant_id in made:
-            Keel(conn).delete_tenant(tenant_id)
+            delete_tenant(conn, tenant_id)
 
 
 @pytest.fixture

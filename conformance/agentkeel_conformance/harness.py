@@ -30,6 +30,15 @@ def in_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Iterator[psycop
         yield conn
 
 
+def delete_tenant(owner: psycopg.Connection, tenant_id: uuid.UUID) -> None:
+    """Remove a tenant the suite made and, by cascade, everything it owns; its events go
+    through a purge (G4). Owner only, and test support only: a raw DELETE, not a guarded
+    function, until tenant deletion (G10) exists in the product."""
+    with in_tenant(owner, tenant_id):
+        owner.execute("set local keel.purge = on")
+        owner.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
+
+
 def tenant_snapshot(
     conn: psycopg.Connection, tenant_id: uuid.UUID
 ) -> dict[str, list[tuple[Any, ...]]]:

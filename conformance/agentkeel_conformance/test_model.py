@@ -33,6 +33,7 @@ from agentkeel.errors import (
     TaskNotClaimable,
 )
 from agentkeel_conformance.fixtures import CONNECTION_OPTIONS, EDGES, TENANT_PREFIX
+from agentkeel_conformance.harness import delete_tenant
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5")
 
@@ -82,7 +83,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
         def teardown(self) -> None:
             self.conn.close()
             with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as owner:
-                Keel(owner).delete_tenant(self.tenant)
+                delete_tenant(owner, self.tenant)
 
         def expect(self, error: type[KeelError] | None, call) -> object:  # type: ignore[no-untyped-def]
             if error is None:

@@ -229,13 +229,6 @@ class Keel:
         assert row is not None
         return str(row[0])
 
-    def delete_tenant(self, tenant_id: uuid.UUID) -> None:
-        """Owner only: remove a tenant and, by cascade, everything it owns; its events go
-        through a purge (G4)."""
-        with self.transaction(tenant_id) as conn:
-            conn.execute("set local keel.purge = on")
-            conn.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
-
     def define_workflow(
         self,
         workflow: str,
