@@ -89,7 +89,7 @@ def test_plain_pytest_with_the_plugin_runs_the_suite(migrated_db):
             "agentkeel_conformance.plugin",
             "--pyargs",
             "agentkeel_conformance",
-            "--dsn",
+            "--keel-dsn",
             migrated_db,
             "-q",
             "-k",
@@ -246,6 +246,18 @@ MUTATIONS = {
         [(r"where s\.state not in \(select r\.state from reachable as r\)", "where false", 1)],
         "G3",
         "test_define_workflow_refuses_unreachable_and_dead_end_states",
+    ),
+    "G7: agent_idle_unbounded, keel_agent keeps idle transactions forever": (
+        "policies/06_role_settings.sql",
+        [
+            (
+                r"alter role keel_agent set idle_in_transaction_session_timeout = '10s';",
+                "alter role keel_agent reset idle_in_transaction_session_timeout;",
+                1,
+            )
+        ],
+        "G7",
+        "test_an_agent_login_left_idle_in_a_transaction_is_terminated",
     ),
     "G9: depth_unchecked, deep payloads reach the key walk": (
         "check_payload.sql",

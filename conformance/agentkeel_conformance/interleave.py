@@ -220,7 +220,7 @@ class Runner:
 
     def run_permutation(self, spec: Spec, perm: list[str]) -> str:
         tenant = uuid.uuid4()
-        values = {
+        values: dict[str, Any] = {
             "tenant": tenant,
             "task": uuid.uuid4(),
             "task2": uuid.uuid4(),

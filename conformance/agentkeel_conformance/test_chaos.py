@@ -49,6 +49,7 @@ def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
         text=True,
     )
     try:
+        assert holder.stdout is not None
         token = int(holder.stdout.readline())
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(10)

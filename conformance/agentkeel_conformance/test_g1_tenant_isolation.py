@@ -93,7 +93,7 @@ def agent(world: World) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
     conn = psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS)
 
     def run(
-        query: str | sql.Composable,
+        query: str | sql.SQL | sql.Composed,
         params: Any = None,
         *,
         token: str | None = world.a.token,
@@ -491,18 +491,18 @@ def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
     with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         app = Keel(conn)
         assert app.get_task(world.a.tenant, world.a.task.task_id) is not None
-        assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
+        assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
         with pytest.raises(TaskNotFound):
             app.claim_lease(world.a.tenant, uuid.uuid4(), "w")
-        assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
+        assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
         with pytest.raises(ZeroDivisionError), app.transaction(world.a.tenant):
             raise ZeroDivisionError
-        assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
+        assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
 
 
 def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
     with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
-        assert conn.execute("select count(*) from keel.task_events").fetchone()[0] == 0
+        assert conn.execute("select count(*) from keel.task_events").fetchone() == (0,)
         with pytest.raises(psycopg.Error) as info:
             conn.execute(
                 "select * from keel.reserve_operation(%s, null, 'k', 'a', 'h')", (world.a.tenant,)

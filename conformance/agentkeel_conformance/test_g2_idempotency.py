@@ -6,6 +6,7 @@ hash, action or task raises idempotency_conflict and changes nothing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from datetime import timedelta
 
@@ -150,7 +151,7 @@ def test_concurrent_reservations_of_one_key_have_exactly_one_owner(connect, tena
     clients = [Keel(connect()) for _ in range(6)]
     outcomes = race(
         [
-            lambda c=c: c.reserve_operation(tenant, None, "race", "charge", digest("a"))
+            functools.partial(c.reserve_operation, tenant, None, "race", "charge", digest("a"))
             for c in clients
         ]
     )

@@ -3,8 +3,10 @@ the fencing token, and a stale token is refused on every fenced write."""
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -120,7 +122,7 @@ def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
     tasks = {new_task().task_id for _ in range(30)}  # all due now
     claimers = [Keel(connect()) for _ in range(4)]
 
-    def drain(client: Keel) -> list:
+    def drain(client: Keel) -> list[tuple[Any, int]]:
         got = []
         while (
             task := client.claim_next_task("drainer", timedelta(minutes=5), workflow.name)
@@ -128,7 +130,7 @@ def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
             got.append((task.task_id, task.fencing_token))
         return got
 
-    outcomes = race([lambda c=c: drain(c) for c in claimers])
+    outcomes = race([functools.partial(drain, c) for c in claimers])
     assert all(kind == "ok" for kind, _ in outcomes), outcomes
     claimed = [task_id for _, got in outcomes for task_id, _ in got]
     assert len(claimed) == len(set(claimed)), "a task was leased twice"
