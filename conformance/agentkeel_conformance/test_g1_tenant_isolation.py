@@ -469,24 +469,6 @@ def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel
         conn.close()
 
 
-def test_notifications_carry_nothing_to_the_agent(world, keel):
-    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as listener:
-        for channel in ("keel", "keel_tasks", "keel_outbox", "outbox", "tasks"):
-            listener.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
-        keel.transition_task(
-            world.b.tenant,
-            world.b.task.task_id,
-            2,
-            "done",
-            fencing_token=world.b.task.fencing_token,
-            outbox=[{"topic": "keel", "payload": {"x": 1}}],
-        )
-        assert list(listener.notifies(timeout=0.5, stop_after=1)) == []
-
-
-# -- the trusted app: context per transaction ----------------------------------------------
-
-
 def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
     with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         app = Keel(conn)
