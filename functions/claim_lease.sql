@@ -20,7 +20,13 @@ begin
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
 
     v_task := keel.lock_task(p_tenant_id, p_task_id);
-    if v_task.wake_at is null then
+    perform 1
+    from keel.workflow_states as s
+    where s.workflow = v_task.workflow
+        and s.workflow_version = v_task.workflow_version
+        and s.state = v_task.state
+        and s.terminal;
+    if found then
         raise exception using
             errcode = '55K06',
             message = format('task %s is in terminal state %s', p_task_id, v_task.state),

@@ -22,6 +22,7 @@ declare
     v_actor text := session_user;  -- the login, whatever role the function runs as
     v_wake_at timestamptz;
     v_initial_state text;
+    v_terminal boolean;
     v_task keel.tasks;
 begin
     perform keel.require_tenant(p_tenant_id);
@@ -37,14 +38,21 @@ begin
             message = format('unknown tenant %s', p_tenant_id),
             hint = 'Create it with keel.create_tenant first.';
     end if;
-    select w.initial_state into v_initial_state
+    select w.initial_state, s.terminal into v_initial_state, v_terminal
     from keel.workflows as w
+    inner join keel.workflow_states as s
+        on s.workflow = w.workflow
+        and s.workflow_version = w.workflow_version
+        and s.state = w.initial_state
     where w.workflow = p_workflow and w.workflow_version = p_workflow_version;
     if not found then
         raise exception using
             errcode = '42K03',
             message = format('unknown workflow %s version %s', p_workflow, p_workflow_version),
             hint = 'Define it with keel.define_workflow first.';
+    end if;
+    if v_terminal then
+        v_wake_at := null;  -- born finished: never due, never leased
     end if;
 
     insert into keel.tasks (
@@ -71,4 +79,4 @@ end;
 $$;
 
 comment on function keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text) is
-'Creates a task in the initial state of its workflow version, due at p_wake_at (default now; see keel.check_wake_at), and writes its first event (seq 1, type created, actor the login, p_actor as claimed_actor) in the same transaction. Metadata passes keel.check_payload (G9).';
+'Creates a task in the initial state of its workflow version, due at p_wake_at (default now; see keel.check_wake_at) unless that state is terminal (keel.workflow_states), in which case it is never due, and writes its first event (seq 1, type created, actor the login, p_actor as claimed_actor) in the same transaction. Metadata passes keel.check_payload (G9).';

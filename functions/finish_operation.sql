@@ -37,7 +37,8 @@ begin
     end if;
     -- Lock order everywhere: task, then operation.
     if v_task_id is not null then
-        perform keel.hold_task_lease(p_tenant_id, v_task_id, p_fencing_token, v_now);
+        -- FOR SHARE: a concurrent claim cannot move the lease until this commits (G5).
+        perform keel.assert_lease(keel.lock_task(p_tenant_id, v_task_id, 'share'), p_fencing_token, v_now);
     elsif p_fencing_token is not null then
         raise exception using
             errcode = '22K01',

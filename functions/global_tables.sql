@@ -17,6 +17,7 @@ as $$
     ('keel.redaction_rules', 'reference'),
     ('keel.settings', 'reference'),
     ('keel.tenant_token_keys', 'local'),
+    ('keel.workflow_states', 'reference'),
     ('keel.workflow_transitions', 'reference'),
     ('keel.workflows', 'reference')
 $$;

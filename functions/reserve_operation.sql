@@ -52,7 +52,8 @@ begin
     v_expires := keel.interval_end('retention', p_retention, v_now, interval '10 years');
 
     if p_task_id is not null then
-        perform keel.hold_task_lease(p_tenant_id, p_task_id, p_fencing_token, v_now);
+        -- FOR SHARE: a concurrent claim cannot move the lease until this commits (G5).
+        perform keel.assert_lease(keel.lock_task(p_tenant_id, p_task_id, 'share'), p_fencing_token, v_now);
     elsif p_fencing_token is not null then
         raise exception using
             errcode = '22K01',

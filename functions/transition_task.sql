@@ -83,8 +83,12 @@ begin
             hint = 'Another writer moved the task first. Re-read it and decide again.';
     end if;
 
-    perform 1
+    select s.terminal into v_terminal
     from keel.workflow_transitions as w
+    inner join keel.workflow_states as s
+        on s.workflow = w.workflow
+        and s.workflow_version = w.workflow_version
+        and s.state = w.to_state
     where w.workflow = v_task.workflow
         and w.workflow_version = v_task.workflow_version
         and w.from_state = v_task.state
@@ -98,14 +102,6 @@ begin
             ),
             hint = 'See keel.workflow_transitions for the legal edges.';
     end if;
-
-    select not exists (
-        select 1
-        from keel.workflow_transitions as w
-        where w.workflow = v_task.workflow
-            and w.workflow_version = v_task.workflow_version
-            and w.from_state = p_to_state
-    ) into v_terminal;
 
     v_from_state := v_task.state;
     v_next_version := v_task.state_version + 1;
@@ -163,4 +159,4 @@ end;
 $$;
 
 comment on function keel.transition_task(uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz) is
-'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction; on any error nothing is written. Entering a terminal state ends the lease. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload (G9); p_wake_at passes keel.check_wake_at.';
+'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction; on any error nothing is written. Entering a terminal state (keel.workflow_states) ends the lease and clears wake_at. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload (G9); p_wake_at passes keel.check_wake_at.';

@@ -11,7 +11,7 @@ grant usage on schema keel to keel_app, keel_worker, keel_relay, keel_agent, kee
 grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox
 to keel_app, keel_worker;
 grant select on keel.task_events to keel_auditor;
-grant select on keel.workflows, keel.workflow_transitions
+grant select on keel.workflows, keel.workflow_transitions, keel.workflow_states
 to keel_app, keel_worker, keel_auditor;
 -- keel_agent has no table privilege at all: it reads through the functions below, which
 -- take no free-form predicate, so it cannot EXPLAIN its way to other tenants' planner
@@ -26,13 +26,15 @@ keel.verify_tenant_token(text),
 keel.error_codes()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 
--- The declared global tables: what `agentkeel check` reads as whichever trusted role runs it.
-grant execute on function keel.global_tables() to keel_app, keel_worker, keel_auditor;
+-- The declared global tables and the tenant tables: what `agentkeel check` reads as
+-- whichever trusted role runs it.
+grant execute on function keel.global_tables(), keel.tenant_tables()
+to keel_app, keel_worker, keel_auditor;
 
 -- keel_app: trusted server code, for the tenant in its context.
 grant execute on function
 keel.create_tenant(uuid, text),
-keel.define_workflow(text, integer, text, jsonb, text),
+keel.define_workflow(text, integer, text, jsonb, text, text[]),
 keel.mint_tenant_token(uuid, interval),
 keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text),
 keel.claim_lease(uuid, uuid, text, interval)

@@ -1,16 +1,10 @@
--- Row-level security (G1): enabled and forced on every table with a tenant_id column,
--- found in the catalog so that a new tenant table cannot be forgotten.
+-- Row-level security (G1): enabled and forced on every tenant table, as keel.tenant_tables()
+-- finds them in the catalog, so that a new tenant table cannot be forgotten.
 do $$
 declare
     v_table text;
 begin
-    for v_table in
-        select c.oid::regclass::text
-        from pg_catalog.pg_class as c
-        inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-        inner join pg_catalog.pg_attribute as a
-            on a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped
-        where n.nspname = 'keel' and c.relkind in ('r', 'p')
+    for v_table in select t.t::text from keel.tenant_tables() as t (t)
     loop
         execute format('alter table %s enable row level security', v_table);
         execute format('alter table %s force row level security', v_table);

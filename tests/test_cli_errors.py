@@ -17,7 +17,7 @@ from psycopg import conninfo
 import agentkeel.cli
 from agentkeel.cli import main
 from agentkeel.exitcodes import ExitCode, markdown_table
-from agentkeel.suite_options import SUITE_OPTIONS
+from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
 from conftest import REPO, run_agentkeel
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
@@ -182,12 +182,12 @@ def test_plain_pytest_with_the_plugin_fails_fast_too():
             timeout=120,
         )
 
-    unreachable = plain("--dsn", UNREACHABLE)
+    unreachable = plain("--keel-dsn", UNREACHABLE)
     assert unreachable.returncode == ExitCode.CONNECTION
     _one_line_before_any_test(unreachable)
-    malformed = plain("--dsn", "not a dsn")
+    malformed = plain("--keel-dsn", "not a dsn")
     assert malformed.returncode == pytest.ExitCode.USAGE_ERROR
-    assert "--dsn is not a PostgreSQL connection string" in malformed.stderr
+    assert "--keel-dsn is not a PostgreSQL connection string" in malformed.stderr
     _one_line_before_any_test(malformed)
 
 
@@ -212,7 +212,20 @@ def test_conformance_help_lists_the_suites_own_options():
     assert result.returncode == 0
     for flag in ("--owner-dsn", "--migrate", "--read-only", "--testcontainers", "--artifacts"):
         assert flag in result.stdout
-    assert {o.flag for o in SUITE_OPTIONS} >= {"--dsn", "--owner-dsn", "--migrate"}
+    assert {o.flag for o in SUITE_OPTIONS} >= {"--keel-dsn", "--keel-owner-dsn", "--keel-migrate"}
+
+
+def test_the_plugins_options_cannot_clash_and_the_cli_maps_its_spellings():
+    """pytest sees --keel-*; `agentkeel conformance` takes --dsn, --owner-dsn ... as well."""
+    assert all(o.flag.startswith("--keel-") for o in SUITE_OPTIONS)
+    assert plugin_args(["--owner-dsn", "x", "--artifacts=d", "-k", "g3", "--read-only"]) == [
+        "--keel-owner-dsn",
+        "x",
+        "--keel-artifacts=d",
+        "-k",
+        "g3",
+        "--keel-read-only",
+    ]
 
 
 def test_pytest_xdist_is_installed_with_agentkeel_itself():

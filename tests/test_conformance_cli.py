@@ -24,6 +24,7 @@ KEEL_TABLES = (
     "outbox",
     "workflows",
     "workflow_transitions",
+    "workflow_states",
 )
 
 
@@ -88,7 +89,7 @@ def test_plain_pytest_with_the_plugin_runs_the_suite(migrated_db):
             "agentkeel_conformance.plugin",
             "--pyargs",
             "agentkeel_conformance",
-            "--dsn",
+            "--keel-dsn",
             migrated_db,
             "-q",
             "-k",
@@ -140,7 +141,7 @@ MUTATIONS = {
         "transition_task.sql",
         [(r"if v_task.state_version <> p_expected_version then.*?end if;", "", 1)],
         "G3",
-        "test_a_stale_version_is_refused_and_nothing_is_written",
+        "test_a_stale_version_is_refused",
     ),
     "G4: the append-only trigger lets everything through": (
         "refuse_event_change.sql",
@@ -165,7 +166,8 @@ MUTATIONS = {
         "finish_operation.sql",
         [
             (
-                r"perform keel.hold_task_lease\(p_tenant_id, v_task_id, p_fencing_token, v_now\);",
+                r"perform keel.assert_lease\(keel.lock_task\(p_tenant_id, v_task_id, 'share'\),"
+                r" p_fencing_token, v_now\);",
                 "",
                 1,
             )
@@ -232,6 +234,30 @@ MUTATIONS = {
         [(r"perform keel.check_payload\('operation (result|error)'[^;]*;", "", 2)],
         "G9",
         "test_every_stored_payload_refuses_secret_bearing_keys",
+    ),
+    "G3: born_due, a task created in a terminal state is due": (
+        "create_task.sql",
+        [(r"if v_terminal then\n        v_wake_at := null;", "if false then\n        null;", 1)],
+        "G3",
+        "test_a_task_created_in_a_terminal_state_is_never_due",
+    ),
+    "G3: unreachable_states, define_workflow accepts states no task can reach": (
+        "define_workflow.sql",
+        [(r"where s\.state not in \(select r\.state from reachable as r\)", "where false", 1)],
+        "G3",
+        "test_define_workflow_refuses_unreachable_and_dead_end_states",
+    ),
+    "G7: agent_idle_unbounded, keel_agent keeps idle transactions forever": (
+        "policies/06_role_settings.sql",
+        [
+            (
+                r"alter role keel_agent set idle_in_transaction_session_timeout = '10s';",
+                "alter role keel_agent reset idle_in_transaction_session_timeout;",
+                1,
+            )
+        ],
+        "G7",
+        "test_an_agent_login_left_idle_in_a_transaction_is_terminated",
     ),
     "G9: depth_unchecked, deep payloads reach the key walk": (
         "check_payload.sql",

@@ -11,10 +11,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentkeel.catalog import differences, snapshot
 from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import LOCK_KEY, SourceError, load_sources, migrate_up
 from agentkeel.sql_files import sql_root
+from catalog import differences, snapshot
 from conftest import AGENTKEEL, run_agentkeel
 
 

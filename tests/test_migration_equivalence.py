@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import psycopg
 
-from agentkeel.catalog import differences, snapshot
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
+from catalog import differences, snapshot
 
 
 def test_reapplying_every_repeatable_file_changes_nothing(make_db):

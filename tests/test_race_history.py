@@ -40,7 +40,8 @@ def test_a_completion_without_the_token_check_is_caught(race_setup, tmp_path):
     dsn, tenant = race_setup
     source = (REPO / "functions" / "finish_operation.sql").read_text()
     broken, count = re.subn(
-        r"perform keel.hold_task_lease\(p_tenant_id, v_task_id, p_fencing_token, v_now\);",
+        r"perform keel.assert_lease\(keel.lock_task\(p_tenant_id, v_task_id, 'share'\),"
+        r" p_fencing_token, v_now\);",
         "",
         source,
     )

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psycopg
 
-from agentkeel.catalog import differences, snapshot
 from agentkeel.client import Keel
 from agentkeel.migrate import load_sources, migrate_up
+from catalog import differences, snapshot
 
 SQL_FOLDERS = ("schema", "functions", "policies")
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,6 +20,7 @@ from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
+from agentkeel_conformance.harness import delete_tenant
 
 TENANT_PREFIX = "agentkeel-conformance-"
 WORKFLOW_PREFIX = "akc-"
@@ -49,14 +51,14 @@ class Workflow:
 
 
 def _given_dsn(config: pytest.Config) -> str | None:
-    return config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
+    return config.getoption("--keel-dsn") or os.environ.get("AGENTKEEL_DSN")
 
 
 @pytest.fixture(scope="session")
 def keel_cluster(request: pytest.FixtureRequest) -> Iterator[EmbeddedPostgres | None]:
     """The embedded cluster when the suite made one (the crash tier stops and restarts it);
     None when testing a database given with --dsn or --testcontainers."""
-    if _given_dsn(request.config) or request.config.getoption("--testcontainers"):
+    if _given_dsn(request.config) or request.config.getoption("--keel-testcontainers"):
         yield None
         return
     with embedded_cluster() as pg:
@@ -94,24 +96,27 @@ def keel_dsn(
     if keel_cluster is not None:
         yield keel_cluster.dsn
         return
-    image = request.config.getoption("--testcontainers")
+    image = request.config.getoption("--keel-testcontainers")
     if image:
         with testcontainers_database(image) as dsn:
             yield dsn
         return
-    dsn = _given_dsn(request.config)
-    assert dsn is not None
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        if request.config.getoption("--migrate") and not request.config.getoption("--read-only"):
+    given = _given_dsn(request.config)
+    assert given is not None
+    with psycopg.connect(given, autocommit=True, connect_timeout=10) as conn:
+        if request.config.getoption("--keel-migrate") and not request.config.getoption(
+            "--keel-read-only"
+        ):
             migrate_up(conn, sql_root())
         row = conn.execute("select to_regproc('keel.transition_task') is not null").fetchone()
         if not row or not row[0]:
             pytest.exit(
                 "the agentkeel schema is not installed in the --dsn database: run "
-                "`agentkeel migrate up --dsn ...` first, or pass --migrate",
+                "`agentkeel migrate up --dsn ...` first, or pass --migrate "
+                "(pytest: --keel-migrate)",
                 returncode=ExitCode.SCHEMA_MISSING,
             )
-    yield dsn
+    yield given
 
 
 @pytest.fixture(scope="session")
@@ -119,14 +124,16 @@ def owner_dsn(request: pytest.FixtureRequest, keel_dsn: str) -> str:
     """A member of keel_owner: removes what the suite made, runs the owner-only tests.
     Tests that need it are skipped, with the reason, when the role lacks the rights."""
     dsn = (
-        request.config.getoption("--owner-dsn") or os.environ.get("AGENTKEEL_OWNER_DSN") or keel_dsn
+        request.config.getoption("--keel-owner-dsn")
+        or os.environ.get("AGENTKEEL_OWNER_DSN")
+        or keel_dsn
     )
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         row = conn.execute("select pg_has_role('keel_owner', 'member')").fetchone()
     if not row or not row[0]:
         pytest.skip(
             "needs a member of keel_owner to remove its test tenants afterwards: "
-            "pass --owner-dsn (or $AGENTKEEL_OWNER_DSN)"
+            "pass --owner-dsn (pytest: --keel-owner-dsn) or $AGENTKEEL_OWNER_DSN"
         )
     return dsn
 
@@ -136,7 +143,7 @@ def artifacts(request: pytest.FixtureRequest) -> Callable[[str, str], Path]:
     """Write a failure artifact; returns its path."""
 
     def _write(name: str, text: str) -> Path:
-        folder = Path(request.config.getoption("--artifacts")).resolve()
+        folder = Path(request.config.getoption("--keel-artifacts")).resolve()
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         path.write_text(text)
@@ -151,7 +158,7 @@ def connect(keel_dsn: str, request: pytest.FixtureRequest) -> Iterator[Connect]:
     owner=True as the owner; other keyword arguments go to psycopg.connect."""
     opened: list[psycopg.Connection] = []
 
-    def _connect(*, owner: bool = False, **kwargs: object) -> psycopg.Connection:
+    def _connect(*, owner: bool = False, **kwargs: Any) -> psycopg.Connection:
         kwargs.setdefault("autocommit", True)
         dsn = request.getfixturevalue("owner_dsn") if owner else keel_dsn
         conn = psycopg.connect(
@@ -197,7 +204,7 @@ def make_tenant(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[], uuid.UUI
     yield _make_tenant
     with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         for tenant_id in made:
-            Keel(conn).delete_tenant(tenant_id)
+            delete_tenant(conn, tenant_id)
 
 
 @pytest.fixture
@@ -218,20 +225,16 @@ def new_task(keel: Keel, tenant: uuid.UUID, workflow: Workflow) -> Callable[...,
 
 LOGIN_PREFIX = "akc_"
 
-# The documented defaults (policies/06_role_settings.sql) copied onto login roles, as the
-# README tells a DBA to do.
-ROLE_DEFAULTS = {
-    "keel_agent": {
-        "statement_timeout": "5s",
-        "lock_timeout": "2s",
-        "idle_in_transaction_session_timeout": "10s",
-    },
-    "keel_worker": {
-        "statement_timeout": "30s",
-        "lock_timeout": "5s",
-        "idle_in_transaction_session_timeout": "30s",
-    },
-}
+
+def role_defaults(conn: psycopg.Connection, role: str) -> dict[str, str]:
+    """The settings a group role carries in every database (pg_db_role_setting), as
+    policies/06_role_settings.sql installed them: the one place they are defined."""
+    rows = conn.execute(
+        "select unnest(setconfig) from pg_catalog.pg_db_role_setting"
+        " where setrole = %s::regrole and setdatabase = 0",
+        (role,),
+    ).fetchall()
+    return dict(str(r[0]).split("=", 1) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -266,7 +269,8 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
                     f"needs a login role that is a member of {keel_role}: the --dsn role may "
                     "not create roles (give --owner-dsn a role with CREATEROLE)"
                 )
-            for setting, value in ROLE_DEFAULTS.get(keel_role, {}).items():
+            # The group's defaults, copied onto the login as the README tells a DBA to do.
+            for setting, value in role_defaults(conn, keel_role).items():
                 conn.execute(
                     sql.SQL("alter role {} set {} = {}").format(
                         sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
@@ -287,4 +291,4 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
 @pytest.fixture(scope="session")
 def throwaway_database(request: pytest.FixtureRequest) -> bool:
     """True on the embedded cluster: tests that change global state (keys, settings) may run."""
-    return not (request.config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN"))
+    return not (request.config.getoption("--keel-dsn") or os.environ.get("AGENTKEEL_DSN"))

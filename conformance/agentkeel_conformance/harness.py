@@ -14,7 +14,11 @@ from psycopg import sql
 
 from agentkeel.client import set_tenant_context
 
-TENANT_TABLES = ("tenants", "tasks", "task_events", "operations", "outbox")
+
+def tenant_tables(conn: psycopg.Connection) -> list[str]:
+    """The tenant tables as the database defines them (keel.tenant_tables(), the list row-level
+    security is forced on), qualified: the suite never keeps a list of its own."""
+    return [str(row[0]) for row in conn.execute("select keel.tenant_tables()::text")]
 
 
 @contextmanager
@@ -26,6 +30,15 @@ def in_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Iterator[psycop
         yield conn
 
 
+def delete_tenant(owner: psycopg.Connection, tenant_id: uuid.UUID) -> None:
+    """Remove a tenant the suite made and, by cascade, everything it owns; its events go
+    through a purge (G4). Owner only, and test support only: a raw DELETE, not a guarded
+    function, until tenant deletion (G10) exists in the product."""
+    with in_tenant(owner, tenant_id):
+        owner.execute("set local keel.purge = on")
+        owner.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
+
+
 def tenant_snapshot(
     conn: psycopg.Connection, tenant_id: uuid.UUID
 ) -> dict[str, list[tuple[Any, ...]]]:
@@ -33,13 +46,13 @@ def tenant_snapshot(
     that a refused call wrote nothing."""
     snapshot: dict[str, list[tuple[Any, ...]]] = {}
     with in_tenant(conn, tenant_id):
-        for table in TENANT_TABLES:
+        for table in tenant_tables(conn):
             query = sql.SQL(
-                "select to_jsonb(t)::text from keel.{} as t where t.tenant_id = %s order by 1"
-            ).format(sql.Identifier(table))
+                "select to_jsonb(t)::text from {} as t where t.tenant_id = %s order by 1"
+            ).format(sql.Identifier(*table.split(".")))
             snapshot[table] = conn.execute(query, (tenant_id,)).fetchall()
     # An empty view would make every comparison pass: the tenant must be visible.
-    assert snapshot["tenants"], "the tenant's own rows are not visible to the suite"
+    assert snapshot["keel.tenants"], "the tenant's own rows are not visible to the suite"
     return snapshot
 
 

@@ -40,7 +40,7 @@ class Verdict:
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
-    events = []
+    events: list[dict[str, Any]] = []
     for path in paths:
         with path.open() as handle:
             events.extend(json.loads(line) for line in handle if line.strip())

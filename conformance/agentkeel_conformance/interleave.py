@@ -30,8 +30,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from agentkeel.client import Keel, set_tenant_context
+from agentkeel.client import set_tenant_context
 from agentkeel.errors import ERRORS
+from agentkeel_conformance.harness import delete_tenant
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 BLOCK_TIMEOUT = 30.0
@@ -219,7 +220,7 @@ class Runner:
 
     def run_permutation(self, spec: Spec, perm: list[str]) -> str:
         tenant = uuid.uuid4()
-        values = {
+        values: dict[str, Any] = {
             "tenant": tenant,
             "task": uuid.uuid4(),
             "task2": uuid.uuid4(),
@@ -273,7 +274,7 @@ class Runner:
                 c.close()
             control.close()
             with psycopg.connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
-                Keel(owner).delete_tenant(values["tenant"])
+                delete_tenant(owner, values["tenant"])
 
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:
         """Wait until the step completes (True) or is blocked by another session (False)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections import defaultdict
@@ -16,21 +17,10 @@ from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.preflight import connect as connect_dsn
 from agentkeel.preflight import probe_suite_database
 from agentkeel.suite_options import SUITE_OPTIONS
-from agentkeel_conformance.fixtures import (  # noqa: F401  (fixtures are registered by import)
-    artifacts,
-    connect,
-    keel,
-    keel_cluster,
-    keel_dsn,
-    login_role,
-    make_tenant,
-    new_task,
-    owner_dsn,
-    tenant,
-    throwaway_database,
-    workflow,
-)
 from agentkeel_conformance.guarantees import GUARANTEES
+
+# The suite's fixtures, registered the pytest way.
+pytest_plugins = ["agentkeel_conformance.fixtures"]
 
 OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2}
 Results = dict[str, dict[str, tuple[str, str]]]  # guarantee -> nodeid -> (outcome, reason)
@@ -61,7 +51,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         hasattr(config, "workerinput")
         or config.option.help
         or config.option.version
-        or config.getoption("--testcontainers")
+        or config.getoption("--keel-testcontainers")
     ):
         return None
     try:
@@ -74,7 +64,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def preflight(config: pytest.Config) -> None:
-    dsn = config.getoption("--dsn") or os.environ.get("AGENTKEEL_DSN")
+    dsn = config.getoption("--keel-dsn") or os.environ.get("AGENTKEEL_DSN")
     if not dsn:
         try:
             find_bindir()
@@ -82,15 +72,18 @@ def preflight(config: pytest.Config) -> None:
             raise AgentkeelError(str(e), ExitCode.TOOL_MISSING) from None
         return
     probe_suite_database(
-        dsn, migrate=config.getoption("--migrate"), read_only=config.getoption("--read-only")
+        dsn,
+        "--keel-dsn",
+        migrate=config.getoption("--keel-migrate"),
+        read_only=config.getoption("--keel-read-only"),
     )
-    owner = config.getoption("--owner-dsn") or os.environ.get("AGENTKEEL_OWNER_DSN")
+    owner = config.getoption("--keel-owner-dsn") or os.environ.get("AGENTKEEL_OWNER_DSN")
     if owner:
-        connect_dsn(owner, "--owner-dsn").close()
+        connect_dsn(owner, "--keel-owner-dsn").close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--read-only"):
+    if config.getoption("--keel-read-only"):
         kept = [item for item in items if item.get_closest_marker("read_only")]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept
@@ -153,7 +146,7 @@ class GuaranteeReport:
         self.results: Results = defaultdict(dict)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        gids = [value for key, value in report.user_properties if key == "guarantee"]
+        gids = [str(value) for key, value in report.user_properties if key == "guarantee"]
         if not gids or (report.when != "call" and report.outcome == "passed"):
             return
         outcome = report.outcome
@@ -168,16 +161,17 @@ class GuaranteeReport:
     ) -> None:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             return  # a partial table would read as "not covered"; the run was stopped
-        writer = terminalreporter._tw
+        # Rendered to text, then written through the reporter's public API.
+        writer = terminalreporter.config.get_terminal_writer()
+        rendered = io.StringIO()
         console = Console(
-            file=writer._file,
+            file=rendered,
             force_terminal=writer.hasmarkup,
             width=max(writer.fullwidth, 100),
             no_color="NO_COLOR" in os.environ,
             highlight=False,
             soft_wrap=True,  # one line per failure, however long, so CI logs stay greppable
         )
-        terminalreporter.write_line("")
         console.print(guarantee_table(self.results))
         for gid in GUARANTEES:
             for nodeid, (outcome, reason) in sorted(self.results.get(gid, {}).items()):
@@ -187,3 +181,5 @@ class GuaranteeReport:
                 line = Text(f"{gid} {outcome.upper()} ", style=style)
                 line.append(f"{nodeid}: {reason}", style="")
                 console.print(line)
+        terminalreporter.write_line("")
+        terminalreporter.write(rendered.getvalue())

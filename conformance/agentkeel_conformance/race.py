@@ -217,20 +217,34 @@ def run_race(
     ]
     stop = threading.Event()
     chaos = threading.Thread(target=_chaos, args=(config, stop), daemon=True)
-    for p in procs:
-        p.start()
+    for proc in procs:
+        proc.start()
     if config.chaos:
         chaos.start()
     if during is not None:
         during()
-    for p in procs:
-        p.join(config.seconds + 60)
+    for proc in procs:
+        proc.join(config.seconds + 60)
     stop.set()
     if config.chaos:
         chaos.join(10)
+    # A worker that died (or hangs) left a truncated history that may still check clean:
+    # its exit is a violation of its own.
+    crashed = []
+    for i, proc in enumerate(procs):
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join(10)
+            crashed.append(f"worker w{i} did not finish: killed; its history is incomplete")
+        elif proc.exitcode != 0:
+            crashed.append(
+                f"worker w{i} exited with code {proc.exitcode}: its history is incomplete"
+            )
     events = load(paths)
     final = _final_state(config, events)
-    return check(events, final), events
+    verdict = check(events, final)
+    verdict.violations.extend(crashed)
+    return verdict, events
 
 
 def _final_state(config: RaceConfig, events: list[dict[str, Any]]) -> dict[str, Any]:

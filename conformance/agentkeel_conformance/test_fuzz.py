@@ -1,7 +1,8 @@
 """Every public function under hostile input (G2, G3, G5, G9): NUL bytes, 1 MB strings,
 deep or huge jsonb, Unicode look-alikes, NULLs, infinite timestamps, integer edges. Only
-documented SQLSTATEs or standard data errors come back, never an internal error, and a
-refused call writes nothing."""
+documented SQLSTATEs or standard data errors come back, never an internal error. (Each
+call runs in a transaction the fuzzer rolls back, so it claims nothing about writes: a
+refused call writing nothing is PostgreSQL's atomicity, not a property to fuzz.)"""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from agentkeel.errors import ERRORS
-from agentkeel_conformance.harness import in_tenant, tenant_snapshot
+from agentkeel_conformance.harness import in_tenant
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5", "G9")
 
@@ -239,9 +240,7 @@ def fuzz_world(keel, tenant, new_task):
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))
-def test_hostile_input_gets_documented_errors_and_writes_nothing(
-    function, fuzz_world, connect, workflow
-):
+def test_hostile_input_gets_only_documented_errors(function, fuzz_world, connect, workflow):
     conn = connect()
     real = {**fuzz_world, "wf": workflow.name}
     types = signature(conn, function)
@@ -267,7 +266,6 @@ def test_hostile_input_gets_documented_errors_and_writes_nothing(
                 for k in values
             ),
         )
-        before = tenant_snapshot(conn, real["tenant"])
         try:
             with in_tenant(conn, real["tenant"]):
                 conn.execute(query, list(values.values())).fetchall()
@@ -278,6 +276,5 @@ def test_hostile_input_gets_documented_errors_and_writes_nothing(
             if err.sqlstate is None and isinstance(err, psycopg.DataError):
                 return  # refused by the driver before sending (a NUL byte): nothing sent
             assert allowed(err.sqlstate), f"{function}: undocumented {err.sqlstate}: {err}"
-        assert tenant_snapshot(conn, real["tenant"]) == before, f"{function} wrote after an error"
 
     attack()

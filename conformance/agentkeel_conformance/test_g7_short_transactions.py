@@ -3,40 +3,54 @@ the roles that act carry short timeouts."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
 from agentkeel.client import Keel
-from agentkeel_conformance.fixtures import ROLE_DEFAULTS
+from agentkeel_conformance.fixtures import role_defaults
 
 pytestmark = pytest.mark.guarantee("G7")
 
+ACTING_ROLES = ("keel_agent", "keel_worker")
 
-@pytest.mark.parametrize("role", sorted(ROLE_DEFAULTS))
+
+@pytest.mark.parametrize("role", ACTING_ROLES)
 def test_acting_roles_carry_timeout_defaults(connect, role):
-    rows = (
-        connect()
-        .execute(
-            "select unnest(setconfig) from pg_db_role_setting"
-            " where setrole = %s::regrole and setdatabase = 0",
-            (role,),
-        )
-        .fetchall()
-    )
-    settings = dict(r[0].split("=", 1) for r in rows)
+    """The group roles as the migration left them, read from pg_db_role_setting.
+    Mutation: agent_idle_unbounded (keel_agent's case)."""
+    settings = role_defaults(connect(), role)
     for name in ("statement_timeout", "idle_in_transaction_session_timeout"):
         assert name in settings, f"{role} has no default {name}"
         assert settings[name] not in ("0", ""), f"{role} disables {name}"
 
 
-@pytest.mark.parametrize("role", sorted(ROLE_DEFAULTS))
-def test_a_login_role_set_up_as_documented_gets_them(login_role, role):
-    with psycopg.connect(login_role(role).dsn) as conn:
-        for name, value in ROLE_DEFAULTS[role].items():
-            assert conn.execute(f"show {name}").fetchone()[0] == value
+def test_an_agent_login_left_idle_in_a_transaction_is_terminated(login_role):
+    """What the server enforces on a real keel_agent login set up as the README says (the
+    group's settings copied on): an agent that holds a transaction open across a slow
+    external call loses it. Mutation: agent_idle_unbounded."""
+    conn = psycopg.connect(login_role("keel_agent").dsn)
+    try:
+        row = conn.execute(
+            "select setting::integer from pg_catalog.pg_settings"
+            " where name = 'idle_in_transaction_session_timeout'"
+        ).fetchone()
+        timeout_ms = row[0] if row else 0
+        assert 0 < timeout_ms <= 60_000, f"an idle agent transaction is kept {timeout_ms} ms"
+        time.sleep(timeout_ms / 1000 + 1)  # the transaction psycopg opened sits idle
+        # 25P03 when the server's message arrives first, a closed connection otherwise.
+        with pytest.raises(
+            (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.OperationalError)
+        ):
+            conn.execute("select 1")
+    finally:
+        conn.close()
 
 
 def test_a_reservation_is_committed_before_the_call(connect, tenant, new_task):
+    """The reservation survives the caller's death during the call: it was committed first.
+    Mutation: none; no function holds a transaction open, there is nothing to plant."""
     task = new_task()
     worker = Keel(connect())
     lease = worker.claim_lease(tenant, task.task_id, "w")

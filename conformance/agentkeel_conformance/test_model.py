@@ -33,6 +33,7 @@ from agentkeel.errors import (
     TaskNotClaimable,
 )
 from agentkeel_conformance.fixtures import CONNECTION_OPTIONS, EDGES, TENANT_PREFIX
+from agentkeel_conformance.harness import delete_tenant
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5")
 
@@ -82,9 +83,9 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
         def teardown(self) -> None:
             self.conn.close()
             with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as owner:
-                Keel(owner).delete_tenant(self.tenant)
+                delete_tenant(owner, self.tenant)
 
-        def expect(self, error: type[KeelError] | None, call) -> object:  # type: ignore[no-untyped-def]
+        def expect(self, error: type[KeelError] | None, call) -> object:
             if error is None:
                 return call()
             with pytest.raises(error):
@@ -180,11 +181,13 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
             if op is None:
                 return
             with self.keel.transaction(self.tenant) as c:
-                op_id = c.execute(
+                row = c.execute(
                     "select operation_id from keel.operations"
                     " where tenant_id = %s and idempotency_key = %s",
                     (self.tenant, key),
-                ).fetchone()[0]
+                ).fetchone()
+                assert row is not None
+                op_id = row[0]
             error = None if op.state == "reserved" else OperationNotReserved
             if how == "succeeded":
                 call = lambda: self.keel.complete_operation(self.tenant, op_id, None, {"n": n})  # noqa: E731

@@ -41,7 +41,7 @@ from agentkeel.migrate import (
 from agentkeel.preflight import check_dsn, first_line, probe_suite_database, require_schema
 from agentkeel.preflight import connect as connect_dsn
 from agentkeel.sql_files import sql_root
-from agentkeel.suite_options import SUITE_OPTIONS
+from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
 from agentkeel.target import database, embedded_database
 
 out = Console(highlight=False, soft_wrap=True)
@@ -509,7 +509,7 @@ PYTEST_CODES = {
 def suite_options_help() -> str:
     lines = ["\b", "The suite's own options (and any of `pytest --help`):"]
     for option in SUITE_OPTIONS:
-        if option.flag == "--dsn":
+        if option.name == "dsn":
             continue  # the command's own option, above
         lines += textwrap.wrap(
             option.help,
@@ -578,12 +578,14 @@ def run_suite(command: list[str], env: dict[str, str]) -> tuple[int, str | None]
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 def conformance(dsn: str | None, pytest_args: tuple[str, ...]) -> None:
     """Run the conformance suite; extra arguments go to pytest (-x, -k, -n 2, --junitxml=...)."""
-    args = list(pytest_args)
+    args = plugin_args(list(pytest_args))  # --owner-dsn -> the plugin's --keel-owner-dsn
     flags = {a.split("=", 1)[0] for a in args}
     # Fail fast, before pytest starts: one line and one exit code, not an error per test.
     if dsn:
-        probe_suite_database(dsn, migrate="--migrate" in flags, read_only="--read-only" in flags)
-    elif "--testcontainers" not in flags:
+        probe_suite_database(
+            dsn, migrate="--keel-migrate" in flags, read_only="--keel-read-only" in flags
+        )
+    elif "--keel-testcontainers" not in flags:
         find_bindir()
     # The caller's pytest plugins and options stay out: the suite must behave the same everywhere.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}

@@ -229,13 +229,6 @@ class Keel:
         assert row is not None
         return str(row[0])
 
-    def delete_tenant(self, tenant_id: uuid.UUID) -> None:
-        """Owner only: remove a tenant and, by cascade, everything it owns; its events go
-        through a purge (G4)."""
-        with self.transaction(tenant_id) as conn:
-            conn.execute("set local keel.purge = on")
-            conn.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
-
     def define_workflow(
         self,
         workflow: str,
@@ -243,17 +236,21 @@ class Keel:
         initial_state: str,
         transitions: Sequence[tuple[str, str]],
         description: str | None = None,
+        terminal_states: Sequence[str] | None = None,
     ) -> bool:
-        """Define a workflow version; True if created, False if the identical one exists."""
+        """Define a workflow version; True if created, False if the identical one exists.
+        Terminal states are those with no outgoing edge; when `terminal_states` is given,
+        every such state must be listed there (a dead end that is not is refused)."""
         with self.transaction(None) as conn:
             row = conn.execute(
-                "select keel.define_workflow(%s, %s, %s, %s, %s)",
+                "select keel.define_workflow(%s, %s, %s, %s, %s, %s)",
                 (
                     workflow,
                     version,
                     initial_state,
                     Jsonb([list(t) for t in transitions]),
                     description,
+                    None if terminal_states is None else list(terminal_states),
                 ),
             ).fetchone()
         return bool(row and row[0])

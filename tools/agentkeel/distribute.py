@@ -25,8 +25,7 @@ class Layout:
 
 def read_layout(conn: psycopg.Connection) -> Layout:
     tables = conn.execute(
-        "select c.oid::regclass::text, exists (select 1 from pg_attribute a"
-        "   where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped)"
+        "select c.oid::regclass::text, c.oid in (select keel.tenant_tables())"
         " from pg_class c join pg_namespace n on n.oid = c.relnamespace"
         " where n.nspname = 'keel' and c.relkind in ('r', 'p') and not c.relispartition"
         " order by 1"

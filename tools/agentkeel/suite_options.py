@@ -3,6 +3,10 @@
 The suite's plugin registers them (agentkeel_conformance imports this module: the allowed
 direction) and `agentkeel conformance --help` lists them, so the two cannot disagree while
 tools/agentkeel never imports the conformance package.
+
+In pytest every option carries the `--keel-` prefix (`--keel-dsn`, `--keel-owner-dsn`), so
+loading the plugin never clashes with a user's own options; `agentkeel conformance` takes
+the short spellings (`--dsn`, `--owner-dsn`) and maps them (plugin_args).
 """
 
 from __future__ import annotations
@@ -10,13 +14,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+PREFIX = "--keel-"
+
 
 @dataclass(frozen=True)
 class SuiteOption:
-    flag: str
+    name: str  # "owner-dsn": pytest's --keel-owner-dsn, agentkeel conformance's --owner-dsn
     help: str
     metavar: str | None = None  # None: a flag without a value
     settings: dict[str, Any] = field(default_factory=dict)  # further addoption arguments
+
+    @property
+    def flag(self) -> str:
+        """The plugin's pytest option."""
+        return f"{PREFIX}{self.name}"
+
+    @property
+    def cli_flag(self) -> str:
+        """The same option as `agentkeel conformance` spells it."""
+        return f"--{self.name}"
 
     def addoption_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"help": self.help, **self.settings}
@@ -29,37 +45,49 @@ class SuiteOption:
         return kwargs
 
     def usage(self) -> str:
+        """How `agentkeel conformance --help` shows it."""
         if self.metavar is None:
-            return self.flag
+            return self.cli_flag
         if self.settings.get("nargs") == "?":
-            return f"{self.flag} [{self.metavar}]"
-        return f"{self.flag} {self.metavar}"
+            return f"{self.cli_flag} [{self.metavar}]"
+        return f"{self.cli_flag} {self.metavar}"
 
 
 SUITE_OPTIONS = (
     SuiteOption(
-        "--dsn",
+        "dsn",
         "Database under test (default $AGENTKEEL_DSN; else a throwaway embedded cluster).",
         "DSN",
     ),
     SuiteOption(
-        "--owner-dsn",
+        "owner-dsn",
         "A member of keel_owner, to remove the suite's tenants and workflows and to run the "
-        "owner-only tests (default $AGENTKEEL_OWNER_DSN, else --dsn).",
+        "owner-only tests (default $AGENTKEEL_OWNER_DSN, else the database under test).",
         "DSN",
     ),
-    SuiteOption("--read-only", "Run only the catalog checks: nothing is written to the database."),
-    SuiteOption("--migrate", "Apply agentkeel migrations to the --dsn database before testing."),
+    SuiteOption("read-only", "Run only the catalog checks: nothing is written to the database."),
+    SuiteOption("migrate", "Apply agentkeel migrations to the database under test first."),
     SuiteOption(
-        "--testcontainers",
+        "testcontainers",
         "Test a PostgreSQL started in Docker (default image postgres:16-alpine).",
         "IMAGE",
         {"nargs": "?", "const": "postgres:16-alpine"},
     ),
     SuiteOption(
-        "--artifacts",
+        "artifacts",
         "Folder for failure artifacts (default ./agentkeel-artifacts).",
         "DIR",
         {"default": "agentkeel-artifacts"},
     ),
 )
+
+
+def plugin_args(args: list[str]) -> list[str]:
+    """`agentkeel conformance` arguments with the suite's short spellings (`--owner-dsn X`,
+    `--artifacts=DIR`) rewritten to the plugin's (`--keel-owner-dsn`); the rest unchanged."""
+    names = {o.cli_flag: o.flag for o in SUITE_OPTIONS}
+    mapped = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        mapped.append(names[flag] + eq + value if flag in names else arg)
+    return mapped

@@ -1,5 +1,6 @@
--- agentkeel check: every table with a tenant_id column has row-level security enabled
--- and forced, and a tenant_isolation policy on keel.current_tenant() (G1).
+-- agentkeel check: every tenant table (keel.tenant_tables(): a tenant_id column) has
+-- row-level security enabled and forced, and a tenant_isolation policy on
+-- keel.current_tenant() (G1).
 -- Returns one row per finding: rule, guarantee, level, object, problem, remedy.
 select
     'rls_forced' as rule,
@@ -8,10 +9,8 @@ select
     c.oid::regclass::text as object,
     problem.text as problem,
     'Run `agentkeel migrate up`: policies/04_row_level_security.sql enables, forces and creates the policy.' as remedy
-from pg_catalog.pg_class as c
-inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-inner join pg_catalog.pg_attribute as a
-    on c.oid = a.attrelid and a.attname = 'tenant_id' and not a.attisdropped
+from keel.tenant_tables() as t (oid)
+inner join pg_catalog.pg_class as c on t.oid = c.oid
 cross join
     lateral (
         select 'row-level security is not enabled' as text
@@ -32,5 +31,4 @@ cross join
                 and pg_catalog.pg_get_expr(p.polwithcheck, p.polrelid) = '(tenant_id = keel.current_tenant())'
         )
     ) as problem
-where n.nspname = 'keel' and c.relkind in ('r', 'p')
 order by 4, 5;

@@ -3,13 +3,10 @@
 -- pairs tenant_id with tenant_id (G1: a cross-tenant reference is impossible).
 with tenant_tables as (
     select
-        c.oid,
+        t.oid,
         a.attnum as tenant_attnum
-    from pg_catalog.pg_class as c
-    inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
-    inner join pg_catalog.pg_attribute as a
-        on c.oid = a.attrelid and a.attname = 'tenant_id' and not a.attisdropped
-    where n.nspname = 'keel' and c.relkind in ('r', 'p')
+    from keel.tenant_tables() as t (oid)
+    inner join pg_catalog.pg_attribute as a on t.oid = a.attrelid and a.attname = 'tenant_id'
 )
 
 select

@@ -1,14 +1,11 @@
--- agentkeel check: every table in keel is either a tenant table (it has tenant_id; the
+-- agentkeel check: every table in keel is either a tenant table (keel.tenant_tables(); the
 -- rules rls_forced and tenant_keys hold it to RLS and tenant keys) or declared global in
 -- keel.global_tables() (functions/global_tables.sql), never neither nor both (G1).
 with tables as (
     select
         c.oid,
         format('%I.%I', n.nspname, c.relname) as name,
-        exists(
-            select 1 from pg_catalog.pg_attribute as a
-            where a.attrelid = c.oid and a.attname = 'tenant_id' and not a.attisdropped
-        ) as has_tenant_id
+        c.oid in (select t.oid from keel.tenant_tables() as t (oid)) as has_tenant_id
     from pg_catalog.pg_class as c
     inner join pg_catalog.pg_namespace as n on c.relnamespace = n.oid
     where n.nspname = 'keel' and c.relkind in ('r', 'p', 'f') and not c.relispartition
@@ -24,7 +21,7 @@ select
     'G1' as guarantee,
     'error' as level,
     t.name as object,
-    'neither a tenant table (no tenant_id column) nor declared global' as problem,
+    'neither a tenant table (a table with tenant_id) nor declared global' as problem,
     'Add tenant_id uuid not null (first in every key) in a new migration, or declare the table in functions/global_tables.sql.' as remedy
 from tables as t
 where not t.has_tenant_id and t.name not in (select d.table_name from declared as d)
