@@ -71,7 +71,7 @@ begin
         ) as child (path, key, value)
     ),
 
-    keys as (
+    keys as materialized (
         select
             w.path,
             keel.fold_key(w.key) as folded
