@@ -497,6 +497,46 @@ def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
         assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
 
 
+# A context left at session level (a plain SET, set_config(..., false), even with a stamp
+# copied at session level) is what a transaction pooler hands the next client of the
+# backend: later transactions ignore it. The same connection stands in for that backend.
+SESSION_LEFTOVERS = {
+    "set": lambda tenant: sql.SQL("set keel.tenant_id = {}").format(str(tenant)),
+    "set_config": lambda tenant: sql.SQL("select set_config('keel.tenant_id', {}, false)").format(
+        str(tenant)
+    ),
+    "set_config with a stamp": lambda tenant: sql.SQL(
+        "select set_config('keel.tenant_id', {}, false),"
+        " set_config('keel.context_stamp', keel.context_stamp(), false)"
+    ).format(str(tenant)),
+}
+
+
+def _sees_nothing_of(conn: psycopg.Connection, side: Side) -> None:
+    assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute("select * from keel.get_task(%s, %s)", (side.tenant, side.task.task_id))
+    assert info.value.sqlstate == "42K01"
+
+
+@pytest.mark.parametrize("leftover", sorted(SESSION_LEFTOVERS))
+def test_a_session_level_app_context_is_ignored_by_later_transactions(world, leftover):
+    with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        conn.execute(SESSION_LEFTOVERS[leftover](world.a.tenant))
+        assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
+        _sees_nothing_of(conn, world.a)
+
+
+def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
+    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        conn.execute(
+            "select set_config('keel.tenant_token', %s, false),"
+            " set_config('keel.context_stamp', keel.context_stamp(), false)",
+            (world.a.token,),
+        )
+        _sees_nothing_of(conn, world.a)
+
+
 def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
     with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
         assert conn.execute("select count(*) from keel.task_events").fetchone()[0] == 0
@@ -510,6 +550,7 @@ def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
 def test_a_malformed_app_context_fails_closed(world):
     with psycopg.connect(world.app_dsn, options=CONNECTION_OPTIONS) as conn:
         conn.execute("set local keel.tenant_id = 'not-a-uuid'")
+        conn.execute("select keel.bind_tenant_context()")
         with pytest.raises(psycopg.Error) as info:
             conn.execute("select * from keel.tasks").fetchall()
         assert info.value.sqlstate == "22P02"  # invalid_text_representation: no rows, no guess
