@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from agentkeel.client import Keel, set_tenant_context
 from agentkeel.errors import ERRORS
@@ -181,18 +182,35 @@ def _describe_error(err: psycopg.Error) -> str:
 class _Running:
     """One step executing on its session's connection in a thread."""
 
-    def __init__(self, step: Step, conn: psycopg.Connection, query: bytes) -> None:
+    def __init__(
+        self, step: Step, conn: psycopg.Connection, query: bytes, tenant: uuid.UUID
+    ) -> None:
         self.step = step
         self.outcome: str | None = None
-        self.thread = threading.Thread(target=self._run, args=(conn, query), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(conn, query, tenant), daemon=True)
         self.thread.start()
 
-    def _run(self, conn: psycopg.Connection, query: bytes) -> None:
+    def _run(self, conn: psycopg.Connection, query: bytes, tenant: uuid.UUID) -> None:
+        # The tenant context is set inside each step's transaction (SET LOCAL), as the API
+        # requires: a step that opens a transaction block (begin) sets it right after; any
+        # other step outside a block runs in a transaction of its own that sets it first.
+        opens = re.match(rb"\s*(begin|start\s+transaction)\b", query, re.IGNORECASE) is not None
+        own = not opens and conn.info.transaction_status == TransactionStatus.IDLE
         try:
             with conn.cursor() as cur:
+                if own:
+                    cur.execute("begin")
+                    set_tenant_context(conn, tenant)
                 cur.execute(query)
-                self.outcome = _describe(cur)
+                if opens:
+                    set_tenant_context(conn, tenant)
+                outcome = _describe(cur)
+                if own:
+                    cur.execute("commit")
+            self.outcome = outcome
         except psycopg.Error as err:
+            if own and conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("rollback")
             self.outcome = _describe_error(err)
 
     @property
@@ -230,10 +248,6 @@ class Runner:
         conns = {name: self._connect() for name in spec.sessions}
         waiting: list[_Running] = []
         try:
-            # Harness connections carry the tenant for the whole session, so that steps
-            # are plain statements; the API itself is only ever given SET LOCAL.
-            for c in conns.values():
-                c.execute("select set_config('keel.tenant_id', %s, false)", (str(tenant),))
             with control.transaction():
                 set_tenant_context(control, values["tenant"])
                 control.execute(
@@ -248,7 +262,7 @@ class Runner:
                 step = steps[name]
                 if any(w.step.session == step.session for w in waiting):
                     raise SpecError(f"{spec.name}: {name} runs while its session is blocked")
-                running = _Running(step, conns[step.session], _render(step.sql, values))
+                running = _Running(step, conns[step.session], _render(step.sql, values), tenant)
                 if self._settle(control, running, pids):
                     lines.append(f"step {name}: {running.outcome}")
                 else:
