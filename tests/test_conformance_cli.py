@@ -134,7 +134,8 @@ MUTATIONS = {
         "current_tenant.sql",
         [
             (
-                r"pg_catalog.current_setting\('keel.context_stamp', true\)\s+is distinct from keel.context_stamp\(\)",
+                r"pg_catalog.current_setting\('keel.context_stamp', true\)\s+"
+                r"is distinct from keel.context_stamp\(\)",
                 "false",
                 1,
             )

@@ -33,6 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from agentkeel.client import Keel, set_tenant_context
 from agentkeel.errors import ERRORS
+from agentkeel_conformance.connections import suite_connect
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 BLOCK_TIMEOUT = 30.0
@@ -230,7 +231,7 @@ class Runner:
         self.owner_dsn = owner_dsn or dsn
 
     def _connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.dsn, autocommit=True, options=self.options)
+        return suite_connect(self.dsn, autocommit=True, options=self.options)
 
     def run(self, spec: Spec) -> str:
         return "".join(self.run_permutation(spec, perm) for perm in spec.all_permutations())
@@ -286,7 +287,7 @@ class Runner:
             for c in conns.values():
                 c.close()
             control.close()
-            with psycopg.connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
+            with suite_connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
                 Keel(owner).delete_tenant(values["tenant"])
 
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:

@@ -27,7 +27,7 @@ from agentkeel.errors import (
     TenantContextMismatch,
     TenantContextMissing,
 )
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import suite_connect
 
 pytestmark = pytest.mark.guarantee("G1")
 
@@ -91,7 +91,7 @@ def world(keel, make_tenant, workflow, login_role) -> World:
 @pytest.fixture
 def agent(world: World) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
     """Run one statement as the agent login in its own transaction; token A by default."""
-    conn = psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS)
+    conn = suite_connect(world.agent_dsn, autocommit=True)
 
     def run(
         query: str | sql.Composable,
@@ -113,9 +113,7 @@ def agent(world: World) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
 
 
 def agent_keel(world: World, token: str | None) -> Keel:
-    return Keel(
-        psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS), token
-    )
+    return Keel(suite_connect(world.agent_dsn, autocommit=True), token)
 
 
 # -- reads ---------------------------------------------------------------------------
@@ -213,7 +211,7 @@ def test_set_config_does_not_switch_the_agents_tenant(world, agent):
     ],
 )
 def test_copy_is_refused(world, statement):
-    with psycopg.connect(world.agent_dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.agent_dsn) as conn:
         set_tenant_token(conn, world.a.token)
         with (
             pytest.raises(psycopg.errors.InsufficientPrivilege),
@@ -278,7 +276,7 @@ def test_the_agent_has_no_direct_writes(world, agent, table, write):
 
 
 def test_the_app_writes_only_through_the_guarded_functions(world):
-    with psycopg.connect(world.app_dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn) as conn:
         set_tenant_context(conn, world.a.tenant)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(
@@ -450,7 +448,7 @@ def test_task_ids_are_no_existence_oracle(world, keel, workflow):
 
 
 def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel, agent):
-    conn = psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS)
+    conn = suite_connect(world.agent_dsn, autocommit=True)
     try:
         for key in (world.b.task.task_id.int & 0x7FFF_FFFF_FFFF_FFFF, 0, 1, 42):
             conn.execute("select pg_advisory_lock(%s)", (key,))
@@ -467,7 +465,7 @@ def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel
 
 
 def test_notifications_carry_nothing_to_the_agent(world, keel):
-    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as listener:
+    with suite_connect(world.agent_dsn, autocommit=True) as listener:
         for channel in ("keel", "keel_tasks", "keel_outbox", "outbox", "tasks"):
             listener.execute(sql.SQL("listen {}").format(sql.Identifier(channel)))
         keel.transition_task(
@@ -485,7 +483,7 @@ def test_notifications_carry_nothing_to_the_agent(world, keel):
 
 
 def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
-    with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn, autocommit=True) as conn:
         app = Keel(conn)
         assert app.get_task(world.a.tenant, world.a.task.task_id) is not None
         assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
@@ -521,14 +519,14 @@ def _sees_nothing_of(conn: psycopg.Connection, side: Side) -> None:
 
 @pytest.mark.parametrize("leftover", sorted(SESSION_LEFTOVERS))
 def test_a_session_level_app_context_is_ignored_by_later_transactions(world, leftover):
-    with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn, autocommit=True) as conn:
         conn.execute(SESSION_LEFTOVERS[leftover](world.a.tenant))
         assert conn.execute("select count(*) from keel.tasks").fetchone()[0] == 0
         _sees_nothing_of(conn, world.a)
 
 
 def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
-    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.agent_dsn, autocommit=True) as conn:
         conn.execute(
             "select set_config('keel.tenant_token', %s, false),"
             " set_config('keel.context_stamp', keel.context_stamp(), false)",
@@ -538,7 +536,7 @@ def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
 
 
 def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
-    with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from keel.task_events").fetchone()[0] == 0
         with pytest.raises(psycopg.Error) as info:
             conn.execute(
@@ -548,7 +546,7 @@ def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
 
 
 def test_a_malformed_app_context_fails_closed(world):
-    with psycopg.connect(world.app_dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn) as conn:
         conn.execute("set local keel.tenant_id = 'not-a-uuid'")
         conn.execute("select keel.bind_tenant_context()")
         with pytest.raises(psycopg.Error) as info:
@@ -565,7 +563,7 @@ def test_no_session_of_the_same_login_sees_the_token_in_pg_stat_activity(world, 
     secret = world.a.token.split(".")[-1]  # the signature: enough to impersonate
     seen: list[str] = []
     stop = threading.Event()
-    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as spy:
+    with suite_connect(world.agent_dsn, autocommit=True) as spy:
 
         def watch() -> None:
             while not stop.is_set():

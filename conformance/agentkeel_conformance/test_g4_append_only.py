@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from agentkeel.client import set_tenant_context
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G4")
@@ -31,7 +31,7 @@ def history(keel, tenant, new_task):
 @pytest.mark.parametrize("role", ROLES)
 def test_no_application_role_can_change_events(login_role, tenant, history, connect, role, change):
     before = tenant_snapshot(connect(), tenant)
-    with psycopg.connect(login_role(role).dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(login_role(role).dsn) as conn:
         set_tenant_context(conn, tenant)
         params = (tenant,) if "%s" in CHANGES[change] else None
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -98,7 +98,7 @@ def test_the_auditor_reads_every_tenants_history(login_role, make_tenant, keel, 
     tenants = [make_tenant(), make_tenant()]
     for t in tenants:
         keel.create_task(t, workflow.name, workflow.version)
-    with psycopg.connect(login_role("keel_auditor").dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(login_role("keel_auditor").dsn) as conn:
         seen = {
             r[0]
             for r in conn.execute(
