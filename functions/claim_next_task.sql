@@ -45,6 +45,7 @@ begin
 
     -- The claimed task's tenant becomes the transaction's context.
     execute format('set local keel.tenant_id = %L', v_task.tenant_id);
+    perform keel.bind_tenant_context();
     return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
 end;
 $$;

@@ -3,12 +3,21 @@
 -- search_path games by the caller) and the planner inlines it into every policy, so the
 -- trusted path costs almost nothing per row.
 -- agentkeel:requires functions/verify_tenant_token.sql
+-- agentkeel:requires functions/context_stamp.sql
 create or replace function keel.current_tenant()
 returns uuid
 language sql
 stable
 return (
     case
+        -- Transaction-scoped in the database itself: a context counts only in the
+        -- transaction that bound it (keel.bind_tenant_context). A value left at session
+        -- level, by this client or by an earlier client of a pooled server connection,
+        -- carries an older stamp, or none, and is ignored: fail closed.
+        when
+            pg_catalog.current_setting('keel.context_stamp', true)
+            is distinct from keel.context_stamp()
+            then null
         -- Trusted server code (keel_app, keel_worker, keel_owner) sets the plain context.
         -- Every other session, keel_agent above all, must present a signed token: a plain
         -- keel.tenant_id is ignored. session_user decides, so SET ROLE cannot promote an
@@ -25,4 +34,4 @@ return (
 );
 
 comment on function keel.current_tenant() is
-'The tenant of this transaction, or null when none is set (RLS then shows nothing). Trusted sessions (members of keel_app, keel_worker, keel_owner) use SET LOCAL keel.tenant_id; all others need SET LOCAL keel.tenant_token to a token from keel.mint_tenant_token, verified on use (G1).';
+'The tenant of this transaction, or null when none is set (RLS then shows nothing). Trusted sessions (members of keel_app, keel_worker, keel_owner) use SET LOCAL keel.tenant_id; all others need set_config(''keel.tenant_token'', $1, true) with a token from keel.mint_tenant_token, verified on use. Either counts only after keel.bind_tenant_context() in the same transaction (G1).';

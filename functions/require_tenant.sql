@@ -15,7 +15,7 @@ begin
         raise exception using
             errcode = '42K01',
             message = 'no tenant context in this transaction',
-            hint = 'SET LOCAL keel.tenant_id (trusted roles) or keel.tenant_token (agents) first; the agentkeel client does this per call.';
+            hint = 'In this transaction: SET LOCAL keel.tenant_id (trusted roles) or set_config(''keel.tenant_token'', $1, true) (agents), then select keel.bind_tenant_context(); the agentkeel client does this per call.';
     end if;
     if v_context <> p_tenant_id then
         raise exception using

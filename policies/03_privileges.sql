@@ -22,8 +22,13 @@ grant select on keel.settings, keel.redaction_rules to keel_app, keel_worker;
 -- Evaluated inside the RLS policies, so every role that reads needs them.
 grant execute on function
 keel.current_tenant(),
+keel.context_stamp(),
 keel.verify_tenant_token(text),
 keel.error_codes()
+to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+
+-- Binding a context to its transaction: every role that sets one.
+grant execute on function keel.bind_tenant_context()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 
 -- The declared global tables and the tenant tables: what `agentkeel check` reads as

@@ -62,6 +62,7 @@ class PgBouncer:
         pool_size: int = 10,
         round_robin: bool = False,
         run_as: str | None = None,
+        ignore_options: bool = True,
     ) -> None:
         self.binary = find_pgbouncer()
         self.server_host = server_host
@@ -72,6 +73,9 @@ class PgBouncer:
         # server_round_robin is on: then consecutive transactions of one client land on
         # different backends, the worst case a transaction pooler is allowed to produce.
         self.round_robin = round_robin
+        # PgBouncer's default refuses a client that sends the ``options`` startup parameter;
+        # ignore_options=False keeps that default, to prove a client never sends it.
+        self.ignore_options = ignore_options
         self.run_as = run_as or (
             os.environ.get("AGENTKEEL_PG_USER", "postgres") if os.geteuid() == 0 else None
         )
@@ -110,6 +114,7 @@ class PgBouncer:
             os.chown(self.base, uid, gid)
         self.users = {"postgres"}
         self._write_users()
+        ignored = "extra_float_digits,options" if self.ignore_options else "extra_float_digits"
         for _ in range(5):
             self.port = free_port()
             config = self.base / "pgbouncer.ini"
@@ -123,11 +128,16 @@ class PgBouncer:
                 "auth_type = trust\n"
                 f"auth_file = {self.base / 'users.txt'}\n"
                 "admin_users = postgres\n"
+                # Logins the pooler was not told about (the suite's temporary akc_ roles)
+                # are looked up on the server, as a production auth_query setup does.
+                "auth_user = postgres\n"
+                "auth_query = select usename, passwd from pg_catalog.pg_shadow"
+                " where usename = $1\n"
                 f"pool_mode = {self.pool_mode}\n"
                 f"default_pool_size = {self.pool_size}\n"
                 f"server_round_robin = {int(self.round_robin)}\n"
                 "max_client_conn = 200\n"
-                "ignore_startup_parameters = extra_float_digits,options\n"
+                f"ignore_startup_parameters = {ignored}\n"
                 f"logfile = {self.logfile}\n"
                 f"pidfile = {self.base / 'pgbouncer.pid'}\n"
             )

@@ -133,6 +133,19 @@ MUTATIONS = {
         "G1+G3+G5",
         "test_a_plain_tenant_id_is_ignored_for_the_agent",
     ),
+    "G1: current_tenant honours a context left by an earlier transaction": (
+        "current_tenant.sql",
+        [
+            (
+                r"pg_catalog.current_setting\('keel.context_stamp', true\)\s+"
+                r"is distinct from keel.context_stamp\(\)",
+                "false",
+                1,
+            )
+        ],
+        "G1",
+        "test_a_session_level_app_context_is_ignored_by_later_transactions",
+    ),
     "G2: reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

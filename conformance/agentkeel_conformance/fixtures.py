@@ -20,15 +20,12 @@ from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import delete_tenant
 
 TENANT_PREFIX = "agentkeel-conformance-"
 WORKFLOW_PREFIX = "akc-"
 
-# Every test connection carries these, so a hung test fails instead of hanging CI.
-CONNECTION_OPTIONS = (
-    "-c statement_timeout=30000 -c lock_timeout=10000 -c idle_in_transaction_session_timeout=60000"
-)
 
 # The workflow the suite drives: every test that needs edges uses this one.
 EDGES = (
@@ -161,9 +158,7 @@ def connect(keel_dsn: str, request: pytest.FixtureRequest) -> Iterator[Connect]:
     def _connect(*, owner: bool = False, **kwargs: Any) -> psycopg.Connection:
         kwargs.setdefault("autocommit", True)
         dsn = request.getfixturevalue("owner_dsn") if owner else keel_dsn
-        conn = psycopg.connect(
-            dsn, options=CONNECTION_OPTIONS, application_name="agentkeel-conformance", **kwargs
-        )
+        conn = suite_connect(dsn, application_name="agentkeel-conformance", **kwargs)
         opened.append(conn)
         return conn
 
@@ -182,10 +177,10 @@ def keel(connect: Connect) -> Keel:
 def workflow(keel_dsn: str, owner_dsn: str) -> Iterator[Workflow]:
     """A workflow version private to this test session, removed at the end."""
     wf = Workflow(f"{WORKFLOW_PREFIX}{uuid.uuid4().hex[:12]}", 1)
-    with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(keel_dsn, autocommit=True) as conn:
         Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, EDGES)
     yield wf
-    with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(owner_dsn, autocommit=True) as conn:
         conn.execute("delete from keel.workflows where workflow = %s", (wf.name,))
 
 
@@ -196,13 +191,13 @@ def make_tenant(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[], uuid.UUI
 
     def _make_tenant() -> uuid.UUID:
         tenant_id = uuid.uuid4()
-        with psycopg.connect(keel_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        with suite_connect(keel_dsn, autocommit=True) as conn:
             Keel(conn).create_tenant(f"{TENANT_PREFIX}{tenant_id.hex[:12]}", tenant_id)
         made.append(tenant_id)
         return tenant_id
 
     yield _make_tenant
-    with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(owner_dsn, autocommit=True) as conn:
         for tenant_id in made:
             delete_tenant(conn, tenant_id)
 
@@ -257,7 +252,7 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
             return made[keel_role]
         name = f"{LOGIN_PREFIX}{keel_role.removeprefix('keel_')}_{uuid.uuid4().hex[:10]}"
         password = uuid.uuid4().hex
-        with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+        with suite_connect(owner_dsn, autocommit=True) as conn:
             try:
                 conn.execute(
                     sql.SQL("create role {} login password {} in role {}").format(
@@ -283,7 +278,7 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
         return role
 
     yield _login_role
-    with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(owner_dsn, autocommit=True) as conn:
         for role in made.values():
             conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role.name)))
 

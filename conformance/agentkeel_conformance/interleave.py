@@ -29,9 +29,11 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from agentkeel.client import set_tenant_context
 from agentkeel.errors import ERRORS
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import delete_tenant
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -182,18 +184,35 @@ def _describe_error(err: psycopg.Error) -> str:
 class _Running:
     """One step executing on its session's connection in a thread."""
 
-    def __init__(self, step: Step, conn: psycopg.Connection, query: bytes) -> None:
+    def __init__(
+        self, step: Step, conn: psycopg.Connection, query: bytes, tenant: uuid.UUID
+    ) -> None:
         self.step = step
         self.outcome: str | None = None
-        self.thread = threading.Thread(target=self._run, args=(conn, query), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(conn, query, tenant), daemon=True)
         self.thread.start()
 
-    def _run(self, conn: psycopg.Connection, query: bytes) -> None:
+    def _run(self, conn: psycopg.Connection, query: bytes, tenant: uuid.UUID) -> None:
+        # The tenant context is set inside each step's transaction (SET LOCAL), as the API
+        # requires: a step that opens a transaction block (begin) sets it right after; any
+        # other step outside a block runs in a transaction of its own that sets it first.
+        opens = re.match(rb"\s*(begin|start\s+transaction)\b", query, re.IGNORECASE) is not None
+        own = not opens and conn.info.transaction_status == TransactionStatus.IDLE
         try:
             with conn.cursor() as cur:
+                if own:
+                    cur.execute("begin")
+                    set_tenant_context(conn, tenant)
                 cur.execute(query)
-                self.outcome = _describe(cur)
+                if opens:
+                    set_tenant_context(conn, tenant)
+                outcome = _describe(cur)
+                if own:
+                    cur.execute("commit")
+            self.outcome = outcome
         except psycopg.Error as err:
+            if own and conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("rollback")
             self.outcome = _describe_error(err)
 
     @property
@@ -213,7 +232,7 @@ class Runner:
         self.owner_dsn = owner_dsn or dsn
 
     def _connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.dsn, autocommit=True, options=self.options)
+        return suite_connect(self.dsn, autocommit=True, options=self.options)
 
     def run(self, spec: Spec) -> str:
         return "".join(self.run_permutation(spec, perm) for perm in spec.all_permutations())
@@ -231,10 +250,6 @@ class Runner:
         conns = {name: self._connect() for name in spec.sessions}
         waiting: list[_Running] = []
         try:
-            # Harness connections carry the tenant for the whole session, so that steps
-            # are plain statements; the API itself is only ever given SET LOCAL.
-            for c in conns.values():
-                c.execute("select set_config('keel.tenant_id', %s, false)", (str(tenant),))
             with control.transaction():
                 set_tenant_context(control, values["tenant"])
                 control.execute(
@@ -249,7 +264,7 @@ class Runner:
                 step = steps[name]
                 if any(w.step.session == step.session for w in waiting):
                     raise SpecError(f"{spec.name}: {name} runs while its session is blocked")
-                running = _Running(step, conns[step.session], _render(step.sql, values))
+                running = _Running(step, conns[step.session], _render(step.sql, values), tenant)
                 if self._settle(control, running, pids):
                     lines.append(f"step {name}: {running.outcome}")
                 else:
@@ -273,7 +288,7 @@ class Runner:
             for c in conns.values():
                 c.close()
             control.close()
-            with psycopg.connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
+            with suite_connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
                 delete_tenant(owner, values["tenant"])
 
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:

@@ -17,6 +17,7 @@ from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.preflight import connect as connect_dsn
 from agentkeel.preflight import probe_suite_database
 from agentkeel.suite_options import SUITE_OPTIONS
+from agentkeel_conformance.connections import NO_PREPARE_ENV
 from agentkeel_conformance.guarantees import GUARANTEES
 
 # The suite's fixtures, registered the pytest way.
@@ -38,6 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "chaos: kills processes, backends or the server (deselect with -m 'not chaos')"
     )
     config.addinivalue_line("markers", "read_only: writes nothing; what --read-only runs")
+    if config.getoption("--keel-no-prepare", False):  # seen by xdist and race worker processes
+        os.environ[NO_PREPARE_ENV] = "1"
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
         config.pluginmanager.register(GuaranteeReport(), "agentkeel-guarantee-report")
 

@@ -25,6 +25,7 @@ import psycopg
 
 from agentkeel.client import Keel
 from agentkeel.errors import KeelError
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import in_tenant
 from agentkeel_conformance.history import Verdict, check, load
 
@@ -83,7 +84,7 @@ def _worker(config: RaceConfig, index: int, path: str, seed: int) -> None:
     while time.monotonic() < deadline:
         try:
             if conn is None or conn.closed:
-                conn = psycopg.connect(
+                conn = suite_connect(
                     config.dsn,
                     autocommit=True,
                     options=config.options,
@@ -187,7 +188,7 @@ def _work_once(
 def _chaos(config: RaceConfig, stop: threading.Event) -> None:
     """Terminate a random worker backend now and then: outcomes become ambiguous."""
     rng = random.Random(7)
-    with psycopg.connect(config.dsn, autocommit=True, options=config.options) as conn:
+    with suite_connect(config.dsn, autocommit=True, options=config.options) as conn:
         while not stop.wait(rng.uniform(0.2, 0.5)):
             conn.execute(
                 "select pg_terminate_backend(pid) from pg_stat_activity"
@@ -203,7 +204,7 @@ def run_race(
     """Create the tasks, race the workers (running `during` alongside, e.g. a server crash),
     resolve ambiguous outcomes, check the history."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with psycopg.connect(config.dsn, autocommit=True, options=config.options) as conn:
+    with suite_connect(config.dsn, autocommit=True, options=config.options) as conn:
         keel = Keel(conn)
         for _ in range(config.tasks):
             keel.create_task(config.tenant, config.workflow, 1)
@@ -248,7 +249,7 @@ def run_race(
 
 
 def _final_state(config: RaceConfig, events: list[dict[str, Any]]) -> dict[str, Any]:
-    with psycopg.connect(config.dsn, autocommit=True, options=config.options) as conn:
+    with suite_connect(config.dsn, autocommit=True, options=config.options) as conn:
         for e in events:
             if e["type"] == "info" and e.get("xid"):
                 row = conn.execute("select pg_xact_status(%s::xid8)", (e["xid"],)).fetchone()

@@ -19,7 +19,7 @@ import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import LeaseLost
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import CONNECTION_OPTIONS, suite_connect
 from agentkeel_conformance.harness import tenant_snapshot
 from agentkeel_conformance.race import RaceConfig, run_race
 
@@ -68,7 +68,7 @@ def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
 def test_a_backend_terminated_mid_transition_leaves_nothing(keel_dsn, tenant, new_task, connect):
     task = new_task()
     before = tenant_snapshot(connect(), tenant)
-    victim = psycopg.connect(keel_dsn, options=CONNECTION_OPTIONS)
+    victim = suite_connect(keel_dsn)
     pid = victim.info.backend_pid
     died: list[BaseException] = []
 

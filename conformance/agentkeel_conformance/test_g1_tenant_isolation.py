@@ -27,7 +27,7 @@ from agentkeel.errors import (
     TenantContextMismatch,
     TenantContextMissing,
 )
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import tenant_tables
 
 pytestmark = pytest.mark.guarantee("G1")
@@ -90,7 +90,7 @@ def world(keel, make_tenant, workflow, login_role) -> World:
 @pytest.fixture
 def agent(world: World) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
     """Run one statement as the agent login in its own transaction; token A by default."""
-    conn = psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS)
+    conn = suite_connect(world.agent_dsn, autocommit=True)
 
     def run(
         query: str | sql.SQL | sql.Composed,
@@ -112,9 +112,7 @@ def agent(world: World) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
 
 
 def agent_keel(world: World, token: str | None) -> Keel:
-    return Keel(
-        psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS), token
-    )
+    return Keel(suite_connect(world.agent_dsn, autocommit=True), token)
 
 
 # -- reads ---------------------------------------------------------------------------
@@ -212,7 +210,7 @@ def test_set_config_does_not_switch_the_agents_tenant(world, agent):
     ],
 )
 def test_copy_is_refused(world, statement):
-    with psycopg.connect(world.agent_dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.agent_dsn) as conn:
         set_tenant_token(conn, world.a.token)
         with (
             pytest.raises(psycopg.errors.InsufficientPrivilege),
@@ -281,7 +279,7 @@ def test_the_agent_has_no_direct_writes(world, agent, connect, write):
 
 
 def test_the_app_writes_only_through_the_guarded_functions(world):
-    with psycopg.connect(world.app_dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn) as conn:
         set_tenant_context(conn, world.a.tenant)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(
@@ -453,7 +451,7 @@ def test_task_ids_are_no_existence_oracle(world, keel, workflow):
 
 
 def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel, agent):
-    conn = psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS)
+    conn = suite_connect(world.agent_dsn, autocommit=True)
     try:
         for key in (world.b.task.task_id.int & 0x7FFF_FFFF_FFFF_FFFF, 0, 1, 42):
             conn.execute("select pg_advisory_lock(%s)", (key,))
@@ -469,8 +467,11 @@ def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel
         conn.close()
 
 
+# -- the trusted app: context per transaction ----------------------------------------------
+
+
 def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
-    with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn, autocommit=True) as conn:
         app = Keel(conn)
         assert app.get_task(world.a.tenant, world.a.task.task_id) is not None
         assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
@@ -482,8 +483,48 @@ def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
         assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
 
 
+# A context left at session level (a plain SET, set_config(..., false), even with a stamp
+# copied at session level) is what a transaction pooler hands the next client of the
+# backend: later transactions ignore it. The same connection stands in for that backend.
+SESSION_LEFTOVERS = {
+    "set": lambda tenant: sql.SQL("set keel.tenant_id = {}").format(str(tenant)),
+    "set_config": lambda tenant: sql.SQL("select set_config('keel.tenant_id', {}, false)").format(
+        str(tenant)
+    ),
+    "set_config with a stamp": lambda tenant: sql.SQL(
+        "select set_config('keel.tenant_id', {}, false),"
+        " set_config('keel.context_stamp', keel.context_stamp(), false)"
+    ).format(str(tenant)),
+}
+
+
+def _sees_nothing_of(conn: psycopg.Connection, side: Side) -> None:
+    assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute("select * from keel.get_task(%s, %s)", (side.tenant, side.task.task_id))
+    assert info.value.sqlstate == "42K01"
+
+
+@pytest.mark.parametrize("leftover", sorted(SESSION_LEFTOVERS))
+def test_a_session_level_app_context_is_ignored_by_later_transactions(world, leftover):
+    with suite_connect(world.app_dsn, autocommit=True) as conn:
+        conn.execute(SESSION_LEFTOVERS[leftover](world.a.tenant))
+        assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
+        _sees_nothing_of(conn, world.a)
+
+
+def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
+    with suite_connect(world.agent_dsn, autocommit=True) as conn:
+        conn.execute(
+            "select set_config('keel.tenant_token', %s, false),"
+            " set_config('keel.context_stamp', keel.context_stamp(), false)",
+            (world.a.token,),
+        )
+        _sees_nothing_of(conn, world.a)
+
+
 def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
-    with psycopg.connect(world.app_dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from keel.task_events").fetchone() == (0,)
         with pytest.raises(psycopg.Error) as info:
             conn.execute(
@@ -493,8 +534,9 @@ def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
 
 
 def test_a_malformed_app_context_fails_closed(world):
-    with psycopg.connect(world.app_dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(world.app_dsn) as conn:
         conn.execute("set local keel.tenant_id = 'not-a-uuid'")
+        conn.execute("select keel.bind_tenant_context()")
         with pytest.raises(psycopg.Error) as info:
             conn.execute("select * from keel.tasks").fetchall()
         assert info.value.sqlstate == "22P02"  # invalid_text_representation: no rows, no guess
@@ -509,7 +551,7 @@ def test_no_session_of_the_same_login_sees_the_token_in_pg_stat_activity(world, 
     secret = world.a.token.split(".")[-1]  # the signature: enough to impersonate
     seen: list[str] = []
     stop = threading.Event()
-    with psycopg.connect(world.agent_dsn, autocommit=True, options=CONNECTION_OPTIONS) as spy:
+    with suite_connect(world.agent_dsn, autocommit=True) as spy:
 
         def watch() -> None:
             while not stop.is_set():

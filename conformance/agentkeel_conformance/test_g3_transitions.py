@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import itertools
 
-import psycopg
 import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import IllegalTransition, InvalidArgument, StaleState, TaskNotClaimable
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import in_tenant, race
 
 pytestmark = pytest.mark.guarantee("G3")
@@ -44,12 +43,12 @@ def test_events_name_the_login_and_keep_the_callers_label_apart(keel, tenant, wo
     """The actor is session_user, never the definer (keel_owner) nor what the caller says.
     Mutation: actor_from_caller."""
     agent, app = login_role("keel_agent"), login_role("keel_app")
-    with psycopg.connect(app.dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(app.dsn, autocommit=True) as conn:
         task = Keel(conn).create_task(
             tenant, workflow.name, workflow.version, actor="the-app-says-admin"
         )
     token = keel.mint_tenant_token(tenant)
-    with psycopg.connect(agent.dsn, autocommit=True, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(agent.dsn, autocommit=True) as conn:
         Keel(conn, token).transition_task(tenant, task.task_id, 1, "running", actor="keel_owner")
     events = keel.task_events(tenant, task.task_id)
     assert [(e.actor, e.claimed_actor) for e in events] == [

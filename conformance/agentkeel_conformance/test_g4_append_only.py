@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from agentkeel.client import set_tenant_context
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import in_tenant
 
 pytestmark = pytest.mark.guarantee("G4")
@@ -30,7 +30,7 @@ def history(keel, tenant, new_task):
 @pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("role", ROLES)
 def test_no_application_role_can_change_events(login_role, tenant, history, connect, role, change):
-    with psycopg.connect(login_role(role).dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(login_role(role).dsn) as conn:
         set_tenant_context(conn, tenant)
         params = (tenant,) if "%s" in CHANGES[change] else None
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -92,7 +92,7 @@ def test_the_auditor_reads_every_tenants_history(login_role, make_tenant, keel, 
     tenants = [make_tenant(), make_tenant()]
     for t in tenants:
         keel.create_task(t, workflow.name, workflow.version)
-    with psycopg.connect(login_role("keel_auditor").dsn, options=CONNECTION_OPTIONS) as conn:
+    with suite_connect(login_role("keel_auditor").dsn) as conn:
         seen = {
             r[0]
             for r in conn.execute(

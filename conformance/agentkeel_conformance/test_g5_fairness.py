@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import InvalidArgument
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import in_tenant
 
 pytestmark = pytest.mark.guarantee("G5")
@@ -30,9 +29,7 @@ def test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim(
     a_tasks = [keel.create_task(a, workflow.name, workflow.version) for _ in range(LOCKED)]
     b_task = keel.create_task(b, workflow.name, workflow.version)
     token = keel.mint_tenant_token(a)
-    attacker = psycopg.connect(
-        login_role("keel_agent").dsn, autocommit=True, options=CONNECTION_OPTIONS
-    )
+    attacker = suite_connect(login_role("keel_agent").dsn, autocommit=True)
     try:
         attack = Keel(attacker, token)
         with attack.transaction(a):

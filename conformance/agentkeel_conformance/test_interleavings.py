@@ -7,7 +7,7 @@ import difflib
 
 import pytest
 
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import CONNECTION_OPTIONS
 from agentkeel_conformance.interleave import Runner, expected_output, load_specs
 
 SPECS = load_specs()

@@ -9,7 +9,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -32,7 +31,8 @@ from agentkeel.errors import (
     StaleState,
     TaskNotClaimable,
 )
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS, EDGES, TENANT_PREFIX
+from agentkeel_conformance.connections import suite_connect
+from agentkeel_conformance.fixtures import EDGES, TENANT_PREFIX
 from agentkeel_conformance.harness import delete_tenant
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5")
@@ -74,7 +74,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
 
         def __init__(self) -> None:
             super().__init__()
-            self.conn = psycopg.connect(dsn, autocommit=True, options=CONNECTION_OPTIONS)
+            self.conn = suite_connect(dsn, autocommit=True)
             self.keel = Keel(self.conn)
             self.tenant = uuid.uuid4()
             self.keel.create_tenant(f"{TENANT_PREFIX}model", self.tenant)
@@ -82,7 +82,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
 
         def teardown(self) -> None:
             self.conn.close()
-            with psycopg.connect(owner_dsn, autocommit=True, options=CONNECTION_OPTIONS) as owner:
+            with suite_connect(owner_dsn, autocommit=True) as owner:
                 delete_tenant(owner, self.tenant)
 
         def expect(self, error: type[KeelError] | None, call) -> object:

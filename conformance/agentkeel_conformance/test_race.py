@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from agentkeel_conformance.fixtures import CONNECTION_OPTIONS
+from agentkeel_conformance.connections import CONNECTION_OPTIONS
 from agentkeel_conformance.race import RaceConfig, run_race
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5", "G6")

@@ -142,13 +142,24 @@ def keel_errors() -> Iterator[None]:
 
 
 def set_tenant_context(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
-    """SET LOCAL keel.tenant_id: the tenant of the current transaction, and of it only."""
-    conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant_id))))
+    """SET LOCAL keel.tenant_id, bound to the current transaction: its tenant, and its only.
+
+    keel.bind_tenant_context() stamps the context with the transaction's start, so a value
+    left at session level (by anyone, on a pooled server connection) is never honoured.
+    One round trip: two statements in one simple query, no parameters.
+    """
+    conn.execute(
+        sql.SQL("set local keel.tenant_id = {}; select keel.bind_tenant_context()").format(
+            sql.Literal(str(tenant_id))
+        )
+    )
 
 
 def set_tenant_token(conn: psycopg.Connection, token: str) -> None:
     """The agent's signed token for the current transaction, as a bind parameter only."""
-    conn.execute("select set_config('keel.tenant_token', %s, true)", (token,))
+    conn.execute(
+        "select set_config('keel.tenant_token', %s, true), keel.bind_tenant_context()", (token,)
+    )
 
 
 def _adapt(value: Any) -> Any:

@@ -74,6 +74,11 @@ SUITE_OPTIONS = (
         {"nargs": "?", "const": "postgres:16-alpine"},
     ),
     SuiteOption(
+        "no-prepare",
+        "Connect with prepare_threshold=None: needed through PgBouncer in transaction mode "
+        "before 1.21 (or without max_prepared_statements).",
+    ),
+    SuiteOption(
         "artifacts",
         "Folder for failure artifacts (default ./agentkeel-artifacts).",
         "DIR",

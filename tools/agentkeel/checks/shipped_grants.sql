@@ -5,12 +5,22 @@
 with shipped (kind, identity, grantee, privilege) as (
     values
     -- agentkeel:shipped (generated from a fresh install by `python -m agentkeel.shipped`)
+    ('function', 'keel.bind_tenant_context()', 'keel_agent', 'EXECUTE'),
+    ('function', 'keel.bind_tenant_context()', 'keel_app', 'EXECUTE'),
+    ('function', 'keel.bind_tenant_context()', 'keel_auditor', 'EXECUTE'),
+    ('function', 'keel.bind_tenant_context()', 'keel_relay', 'EXECUTE'),
+    ('function', 'keel.bind_tenant_context()', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.claim_lease(uuid,uuid,text,interval)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.claim_lease(uuid,uuid,text,interval)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.claim_next_task(text,interval,text)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)', 'keel_agent', 'EXECUTE'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)', 'keel_worker', 'EXECUTE'),
+    ('function', 'keel.context_stamp()', 'keel_agent', 'EXECUTE'),
+    ('function', 'keel.context_stamp()', 'keel_app', 'EXECUTE'),
+    ('function', 'keel.context_stamp()', 'keel_auditor', 'EXECUTE'),
+    ('function', 'keel.context_stamp()', 'keel_relay', 'EXECUTE'),
+    ('function', 'keel.context_stamp()', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.create_task(uuid,text,integer,uuid,timestamp with time zone,jsonb,text,text,text)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.create_task(uuid,text,integer,uuid,timestamp with time zone,jsonb,text,text,text)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.create_tenant(uuid,text)', 'keel_app', 'EXECUTE'),

@@ -6,6 +6,7 @@ with shipped (kind, identity) as (
     values
     -- agentkeel:shipped (generated from a fresh install by `python -m agentkeel.shipped`)
     ('function', 'keel.assert_lease(keel.tasks,bigint,timestamp with time zone)'),
+    ('function', 'keel.bind_tenant_context()'),
     ('function', 'keel.check_lease_request(text,interval,timestamp with time zone)'),
     ('function', 'keel.check_payload(text,jsonb,text)'),
     ('function', 'keel.check_wake_at(timestamp with time zone,timestamp with time zone)'),
@@ -13,6 +14,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.claim_locked_task(keel.tasks,text,timestamp with time zone,timestamp with time zone)'),
     ('function', 'keel.claim_next_task(text,interval,text)'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)'),
+    ('function', 'keel.context_stamp()'),
     ('function', 'keel.create_task(uuid,text,integer,uuid,timestamp with time zone,jsonb,text,text,text)'),
     ('function', 'keel.create_tenant(uuid,text)'),
     ('function', 'keel.current_tenant()'),
