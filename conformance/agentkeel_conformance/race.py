@@ -208,6 +208,8 @@ def run_race(
         keel = Keel(conn)
         for _ in range(config.tasks):
             keel.create_task(config.tenant, config.workflow, 1)
+        row = conn.execute("select pg_postmaster_start_time()").fetchone()
+        server_started = row[0] if row else None
     ctx = multiprocessing.get_context("spawn")
     paths = [out_dir / f"history-w{i}.jsonl" for i in range(config.workers)]
     for p in paths:
@@ -242,16 +244,44 @@ def run_race(
                 f"worker w{i} exited with code {proc.exitcode}: its history is incomplete"
             )
     events = load(paths)
-    final = _final_state(config, events)
+    final = _final_state(config, events, server_started)
     verdict = check(events, final)
     verdict.violations.extend(crashed)
     return verdict, events
 
 
-def _final_state(config: RaceConfig, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _reused_from(conn: psycopg.Connection, server_started: Any) -> int | None:
+    """After a crash, the first transaction id the restarted server may hand out again.
+
+    An id whose transaction wrote nothing durable before the crash is given to a new
+    transaction after it, and pg_xact_status() then reports the newcomer's outcome. The
+    end-of-recovery checkpoint records where the restarted server's ids begin: every id
+    from there on that was invoked before the crash never committed (the crash tier runs
+    without the chaos thread, so every ambiguous call is one the crash cut short). None
+    when the server did not restart during the run."""
+    row = conn.execute("select pg_postmaster_start_time()").fetchone()
+    if row is None or row[0] == server_started:
+        return None
+    try:
+        checkpoint = conn.execute("select next_xid from pg_control_checkpoint()").fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        return None  # only a superuser reads the control file; the crash tier has one
+    if checkpoint is None:
+        return None
+    epoch, xid = (int(part) for part in str(checkpoint[0]).split(":"))
+    return (epoch << 32) | xid
+
+
+def _final_state(
+    config: RaceConfig, events: list[dict[str, Any]], server_started: Any
+) -> dict[str, Any]:
     with suite_connect(config.dsn, autocommit=True, options=config.options) as conn:
+        reused_from = _reused_from(conn, server_started)
         for e in events:
             if e["type"] == "info" and e.get("xid"):
+                if reused_from is not None and int(e["xid"]) >= reused_from:
+                    e["xact"] = "aborted"  # lost in the crash; its id was handed out again
+                    continue
                 row = conn.execute("select pg_xact_status(%s::xid8)", (e["xid"],)).fetchone()
                 e["xact"] = row[0] if row else None
         with in_tenant(conn, config.tenant):
