@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from agentkeel.client import Keel
 from agentkeel.migrate import load_sources, migrate_up
@@ -80,13 +81,32 @@ def replay(
     tenant = uuid.uuid4()
     with psycopg.connect(upgraded_dsn, autocommit=True) as conn:
         migrate_up(conn, old_tree)
-        keel = Keel(conn)
-        keel.define_workflow("upgrade-fixture", 1, "queued", [("queued", "running")])
-        keel.create_tenant("upgrade fixture", tenant)
-        task = keel.create_task(tenant, "upgrade-fixture", 1)
-        keel.reserve_operation(tenant, None, "fixture-key", "act", "h")
-        keel.transition_task(tenant, task.task_id, 1, "running", outbox=[{"topic": "fixture"}])
+        # The old version's own SQL API, as its callers used it: today's client may rely on
+        # functions the old version did not have.
+        with conn.transaction():
+            conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(tenant))))
+            bound = conn.execute("select to_regproc('keel.bind_tenant_context')").fetchone()
+            if bound and bound[0] is not None:  # versions that stamp the context need it
+                conn.execute("select keel.bind_tenant_context()")
+            conn.execute(
+                "select keel.define_workflow('upgrade-fixture', 1, 'queued',"
+                ' \'[["queued", "running"]]\')'
+            )
+            conn.execute("select keel.create_tenant(%s, 'upgrade fixture')", (tenant,))
+            row = conn.execute(
+                "select task_id from keel.create_task(%s, 'upgrade-fixture', 1)", (tenant,)
+            ).fetchone()
+            assert row is not None
+            conn.execute(
+                "select keel.reserve_operation(%s, null, 'fixture-key', 'act', 'h')", (tenant,)
+            )
+            conn.execute(
+                "select keel.transition_task(%s, %s, 1, 'running',"
+                ' p_outbox => \'[{"topic": "fixture"}]\')',
+                (tenant, row[0]),
+            )
         migrate_up(conn, new_tree)
+        keel = Keel(conn)
         with keel.transaction(tenant) as tx:
             counts = tx.execute(
                 "select (select count(*) from keel.tasks), (select count(*) from keel.task_events),"

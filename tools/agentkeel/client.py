@@ -252,17 +252,15 @@ class Keel:
         """Define a workflow version; True if created, False if the identical one exists.
         Terminal states are those with no outgoing edge; when `terminal_states` is given,
         every such state must be listed there (a dead end that is not is refused)."""
+        args: list[Any] = [workflow, version, initial_state, Jsonb([list(t) for t in transitions])]
+        args.append(description)
+        # Named only when given, so the call also works against a schema that predates it.
+        extra = ", p_terminal_states => %s" if terminal_states is not None else ""
+        if terminal_states is not None:
+            args.append(list(terminal_states))
         with self.transaction(None) as conn:
             row = conn.execute(
-                "select keel.define_workflow(%s, %s, %s, %s, %s, %s)",
-                (
-                    workflow,
-                    version,
-                    initial_state,
-                    Jsonb([list(t) for t in transitions]),
-                    description,
-                    None if terminal_states is None else list(terminal_states),
-                ),
+                f"select keel.define_workflow(%s, %s, %s, %s, %s{extra})", args
             ).fetchone()
         return bool(row and row[0])
 
