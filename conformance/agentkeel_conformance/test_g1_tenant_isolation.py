@@ -455,14 +455,21 @@ def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel
     try:
         for key in (world.b.task.task_id.int & 0x7FFF_FFFF_FFFF_FFFF, 0, 1, 42):
             conn.execute("select pg_advisory_lock(%s)", (key,))
-        keel.renew_lease(world.b.tenant, world.b.task.task_id, world.b.task.fencing_token)
-        keel.transition_task(
-            world.b.tenant,
-            world.b.task.task_id,
-            2,
-            "done",
-            fencing_token=world.b.task.fencing_token,
-        )
+        # Waiting on any of the agent's locks would end in lock_not_available, not pass.
+        with keel.transaction(world.b.tenant) as own:
+            own.execute("set local lock_timeout = '2s'")
+            renewed = keel.renew_lease(
+                world.b.tenant, world.b.task.task_id, world.b.task.fencing_token
+            )
+            done = keel.transition_task(
+                world.b.tenant,
+                world.b.task.task_id,
+                2,
+                "done",
+                fencing_token=world.b.task.fencing_token,
+            )
+        assert (renewed.lease_owner, renewed.fencing_token) == ("setup", world.b.task.fencing_token)
+        assert (done.state, done.state_version) == ("done", 3)
     finally:
         conn.close()
 
