@@ -194,7 +194,7 @@ MUTATIONS = {
         "check_payload.sql",
         [(r"if v_path is not null then", "if false then", 1)],
         "G9",
-        "test_secret_bearing_keys_are_refused",
+        "test_secret_bearing_keys_are_refused_naming_the_path",
     ),
     "G1: agent_table_select, the agent reads tables again": (
         "policies/03_privileges.sql",

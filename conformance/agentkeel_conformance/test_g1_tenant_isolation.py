@@ -530,7 +530,7 @@ def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
         _sees_nothing_of(conn, world.a)
 
 
-def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
+def test_the_app_without_context_sees_nothing_and_cannot_reserve(world):
     with suite_connect(world.app_dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from keel.task_events").fetchone() == (0,)
         with pytest.raises(psycopg.Error) as info:

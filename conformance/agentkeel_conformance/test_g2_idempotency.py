@@ -100,7 +100,7 @@ def test_a_retryable_failure_is_reserved_again_as_a_new_attempt(keel, tenant, le
 
 
 @pytest.mark.parametrize("change", ["input_hash", "action", "task"])
-def test_a_reused_key_with_different_input_conflicts_and_changes_nothing(
+def test_a_reused_key_with_different_input_conflicts(
     keel, connect, tenant, leased, new_task, change
 ):
     task, token = leased

@@ -109,7 +109,7 @@ def test_outbox_messages_commit_with_the_transition(keel, connect, tenant, new_t
     ]
 
 
-def test_a_rolled_back_transaction_leaves_no_event_state_or_message(connect, tenant, new_task):
+def test_the_callers_failure_after_a_transition_propagates(connect, tenant, new_task):
     task = new_task()
     conn = connect()
     keel = Keel(conn)
@@ -164,9 +164,7 @@ def test_a_terminal_state_ends_the_lease_and_the_schedule(keel, tenant, new_task
     "outbox",
     [[{"no_topic": 1}], [{"topic": 5}], ["just a string"], [{"topic": "t", "headers": []}]],
 )
-def test_malformed_outbox_messages_are_refused_and_nothing_is_written(
-    keel, connect, tenant, new_task, outbox
-):
+def test_malformed_outbox_messages_are_refused(keel, connect, tenant, new_task, outbox):
     task = new_task()
     with pytest.raises(InvalidArgument):
         keel.transition_task(tenant, task.task_id, 1, "running", outbox=outbox)

@@ -65,9 +65,7 @@ ACCEPTED = {
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
-def test_secret_bearing_keys_are_refused_and_nothing_is_written(
-    keel, connect, tenant, new_task, case
-):
+def test_secret_bearing_keys_are_refused_naming_the_path(keel, connect, tenant, new_task, case):
     payload, path = REFUSED[case]
     task = new_task()
     with pytest.raises(PayloadRejected) as info:
