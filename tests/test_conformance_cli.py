@@ -125,7 +125,7 @@ def break_function(dsn: str, file: str, *mutations: tuple[str, str, int]) -> Non
 # report the guarantee the mutation breaks, naming a test that caught it. A guarantee
 # given as "G5+G1+G2" must fail (G5), and only tests of those guarantees may fail.
 MUTATIONS = {
-    "G1: current_tenant trusts a plain tenant id from any session": (
+    "G1: plain_tenant_id, current_tenant trusts a plain tenant id from any session": (
         "current_tenant.sql",
         [(r"pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\)", "true", 1)],
         # The agent's token is then ignored too: tests of other guarantees that act as an
@@ -133,7 +133,7 @@ MUTATIONS = {
         "G1+G3+G5",
         "test_a_plain_tenant_id_is_ignored_for_the_agent",
     ),
-    "G1: current_tenant honours a context left by an earlier transaction": (
+    "G1: session_context, current_tenant honours a context left by an earlier transaction": (
         "current_tenant.sql",
         [
             (
@@ -146,25 +146,25 @@ MUTATIONS = {
         "G1",
         "test_a_session_level_app_context_is_ignored_by_later_transactions",
     ),
-    "G2: reserve without the hash comparison": (
+    "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],
         "G2",
         "test_a_reused_key_with_different_input_conflicts",
     ),
-    "G3: transition without the version check": (
+    "G3: version_unchecked, transition without the version check": (
         "transition_task.sql",
         [(r"if v_task.state_version <> p_expected_version then.*?end if;", "", 1)],
         "G3",
         "test_a_stale_version_is_refused",
     ),
-    "G4: the append-only trigger lets everything through": (
+    "G4: trigger_open, the append-only trigger lets everything through": (
         "refuse_event_change.sql",
         [(r"begin\n    if tg_op", "begin\n    return coalesce(new, old);\n    if tg_op", 1)],
         "G4",
         "test_the_owner_is_refused_too",
     ),
-    "G4: the append-only trigger lets TRUNCATE through": (
+    "G4: truncate_open, the append-only trigger lets TRUNCATE through": (
         "refuse_event_change.sql",
         [
             (
@@ -177,7 +177,7 @@ MUTATIONS = {
         "G4",
         "test_the_owner_cannot_truncate_events",
     ),
-    "G5: completion without the fencing check": (
+    "G5: completion_unfenced, completion without the fencing check": (
         "finish_operation.sql",
         [
             (
@@ -190,11 +190,11 @@ MUTATIONS = {
         "G5",
         "test_completing_an_operation_with_a_stale_token_is_refused",
     ),
-    "G9: payload keys are not checked": (
+    "G9: keys_unchecked, payload keys are not checked": (
         "check_payload.sql",
         [(r"if v_path is not null then", "if false then", 1)],
         "G9",
-        "test_secret_bearing_keys_are_refused",
+        "test_secret_bearing_keys_are_refused_naming_the_path",
     ),
     "G1: agent_table_select, the agent reads tables again": (
         "policies/03_privileges.sql",
@@ -279,6 +279,13 @@ MUTATIONS = {
         [(r"if jsonb_path_exists\(", "if false and jsonb_path_exists(", 1)],
         "G9",
         "test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work",
+    ),
+    "G6: outbox_dropped, a transition commits without its outbox messages": (
+        "transition_task.sql",
+        [(r"insert into keel\.outbox \(.*?\);", "null;", 1)],
+        # The G3 test of the same-transaction commit reads the rows too.
+        "G6+G3",
+        "test_racing_workers_keep_every_guarantee",
     ),
 }
 

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.read_only
     ],
 )
 def test_catalog_rule(keel_dsn, rule):
+    """No mutation: each case is one agentkeel check rule, a catalog query run directly."""
     with psycopg.connect(keel_dsn, autocommit=True) as conn:
         findings = run_rule(conn, rule)
     failing = [f for f in findings if f.level == "error"]

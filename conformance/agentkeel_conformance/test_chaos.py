@@ -42,6 +42,7 @@ HOLDER = textwrap.dedent(
 def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
     keel_dsn, keel, tenant, new_task, connect
 ):
+    """No mutation: it attacks a killed process; assert_lease has no planted bug yet."""
     task = new_task()
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, keel_dsn, str(tenant), str(task.task_id)],
@@ -66,6 +67,7 @@ def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
 
 @pytest.mark.guarantee("G3", "G6")
 def test_a_backend_terminated_mid_transition_leaves_nothing(keel_dsn, tenant, new_task, connect):
+    """No mutation: atomicity across a killed backend is PostgreSQL's, not shipped SQL."""
     task = new_task()
     before = tenant_snapshot(connect(), tenant)
     victim = suite_connect(keel_dsn)
@@ -107,6 +109,8 @@ def test_a_backend_terminated_mid_transition_leaves_nothing(keel_dsn, tenant, ne
 def test_an_immediate_shutdown_under_load_loses_nothing_committed(
     keel_cluster, keel_dsn, workflow, tenant, tmp_path, artifacts
 ):
+    """The race history checker across a crash: committed outbox rows must all be there.
+    Mutation: outbox_dropped."""
     if keel_cluster is None:
         pytest.skip("stops and restarts the server: embedded cluster only")
 

@@ -241,6 +241,7 @@ def fuzz_world(keel, tenant, new_task):
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))
 def test_hostile_input_gets_only_documented_errors(function, fuzz_world, connect, workflow):
+    """No mutation: randomised input: which planted bug it finds depends on the draw."""
     conn = connect()
     real = {**fuzz_world, "wf": workflow.name}
     types = signature(conn, function)

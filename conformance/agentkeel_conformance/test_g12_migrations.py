@@ -13,6 +13,8 @@ pytestmark = [pytest.mark.guarantee("G12"), pytest.mark.read_only]
 
 
 def test_the_history_matches_the_shipped_migrations(keel_dsn):
+    """A changed checksum fails it (tests/test_conformance_cli.py, the drift test).
+    No mutation: it compares files with the history; a function edit touches neither."""
     with psycopg.connect(keel_dsn, autocommit=True) as conn:
         plan = plan_for(conn, sql_root())
     assert not plan.problems, plan.problems
@@ -21,6 +23,7 @@ def test_the_history_matches_the_shipped_migrations(keel_dsn):
 
 
 def test_every_applied_file_is_recorded_with_a_sha256(keel_dsn):
+    """No mutation: the history's rows are the migrator's (Python), not shipped SQL."""
     with psycopg.connect(keel_dsn, autocommit=True) as conn:
         rows = conn.execute("select name, checksum from keel.migration_history").fetchall()
     assert rows

@@ -120,6 +120,7 @@ def agent_keel(world: World, token: str | None) -> Keel:
 
 @pytest.mark.parametrize("read", sorted(AGENT_READS))
 def test_the_agent_reads_its_own_tenant_through_functions(world, read):
+    """No mutation: a positive control; the refusals below are what planted bugs break."""
     rows = AGENT_READS[read](agent_keel(world, world.a.token), world.a)
     rows = rows if isinstance(rows, list) else [rows]
     assert rows and {r.tenant_id for r in rows} == {world.a.tenant}
@@ -127,11 +128,13 @@ def test_the_agent_reads_its_own_tenant_through_functions(world, read):
 
 @pytest.mark.parametrize("read", sorted(AGENT_READS))
 def test_the_agent_cannot_read_the_other_tenant_through_functions(world, read):
+    """No mutation: require_tenant's tenant comparison has no planted bug yet."""
     with pytest.raises(TenantContextMismatch):
         AGENT_READS[read](agent_keel(world, world.a.token), world.b)
 
 
 def test_the_other_tenants_ids_find_nothing_in_ones_own_tenant(world):
+    """No mutation: row-level security (policies/04) has no planted bug yet."""
     keel = agent_keel(world, world.a.token)
     assert keel.get_task(world.a.tenant, world.b.task.task_id) is None
     assert keel.task_events(world.a.tenant, world.b.task.task_id) == []
@@ -140,12 +143,14 @@ def test_the_other_tenants_ids_find_nothing_in_ones_own_tenant(world):
 
 @pytest.mark.parametrize("read", sorted(AGENT_READS))
 def test_without_a_token_the_agents_reads_fail_closed(world, read):
+    """No mutation: require_tenant's null check has no planted bug yet."""
     with pytest.raises(TenantContextMissing):
         AGENT_READS[read](agent_keel(world, None), world.a)
 
 
 def test_the_agent_login_has_no_privilege_on_any_relation_in_keel(world, connect, login_role):
-    """Mutation: agent_table_select. Tables, views, sequences, columns: nothing."""
+    """Tables, views, sequences, columns: nothing.
+    Mutation: agent_table_select."""
     agent = login_role("keel_agent").name
     rows = (
         connect(owner=True)
@@ -179,11 +184,13 @@ def test_the_agent_login_has_no_privilege_on_any_relation_in_keel(world, connect
     ],
 )
 def test_the_agent_cannot_read_tables(agent, table):
+    """Mutation: agent_table_select (the tasks, task_events and operations cases)."""
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent(f"select * from keel.{table}")
 
 
 def test_a_plain_tenant_id_is_ignored_for_the_agent(world, agent):
+    """Mutation: plain_tenant_id."""
     setup = (f"set local keel.tenant_id = '{world.b.tenant}'",)
     with pytest.raises(psycopg.Error) as info:
         agent("select * from keel.list_tasks(%s)", (world.b.tenant,), token=None, setup=setup)
@@ -193,6 +200,7 @@ def test_a_plain_tenant_id_is_ignored_for_the_agent(world, agent):
 
 
 def test_set_config_does_not_switch_the_agents_tenant(world, agent):
+    """Mutation: plain_tenant_id."""
     setup = (f"select set_config('keel.tenant_id', '{world.b.tenant}', false)",)
     rows = agent("select tenant_id from keel.list_tasks(%s)", (world.a.tenant,), setup=setup)
     assert {r[0] for r in rows} == {world.a.tenant}
@@ -210,6 +218,7 @@ def test_set_config_does_not_switch_the_agents_tenant(world, agent):
     ],
 )
 def test_copy_is_refused(world, statement):
+    """Mutation: agent_table_select (the COPY ... TO cases)."""
     with suite_connect(world.agent_dsn) as conn:
         set_tenant_token(conn, world.a.token)
         with (
@@ -221,6 +230,8 @@ def test_copy_is_refused(world, statement):
 
 
 def test_table_statistics_do_not_leak_other_tenants_values(world, connect, agent):
+    """pg_stats hides a table under row-level security even from a role that may read it.
+    No mutation: so agent_table_select (a SELECT grant) cannot fail it."""
     connect(owner=True).execute("analyze keel.tasks")
     assert agent("select attname from pg_stats where schemaname = 'keel'") == []
 
@@ -270,7 +281,7 @@ WRITES = {
 @pytest.mark.parametrize("write", sorted(WRITES))
 def test_the_agent_has_no_direct_writes(world, agent, connect, write):
     """Every tenant table the database defines (keel.tenant_tables()), not a list of ours.
-    Mutation: none in MUTATIONS; a grant of DML to keel_agent fails it (policies/03)."""
+    No mutation: no planted bug grants DML; agent_table_select grants SELECT only."""
     tables = tenant_tables(connect())
     assert "keel.tasks" in tables
     for table in tables:
@@ -279,6 +290,7 @@ def test_the_agent_has_no_direct_writes(world, agent, connect, write):
 
 
 def test_the_app_writes_only_through_the_guarded_functions(world):
+    """No mutation: no planted bug grants the app DML on keel tables."""
     with suite_connect(world.app_dsn) as conn:
         set_tenant_context(conn, world.a.tenant)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -314,6 +326,7 @@ def b_state(world: World, keel: Keel) -> Any:
 
 @pytest.mark.parametrize("call", sorted(CROSS_CALLS))
 def test_functions_refuse_another_tenants_id(world, keel, call):
+    """No mutation: require_tenant's tenant comparison has no planted bug yet."""
     before = b_state(world, keel)
     with pytest.raises(TenantContextMismatch):
         CROSS_CALLS[call](agent_keel(world, world.a.token), world)
@@ -321,6 +334,7 @@ def test_functions_refuse_another_tenants_id(world, keel, call):
 
 
 def test_another_tenants_task_id_is_not_found_in_ones_own_tenant(world, keel):
+    """No mutation: the lookup by (tenant_id, task_id) has no planted bug yet."""
     before = b_state(world, keel)
     with pytest.raises(TaskNotFound) as info:
         agent_keel(world, world.a.token).transition_task(
@@ -345,11 +359,13 @@ def test_another_tenants_task_id_is_not_found_in_ones_own_tenant(world, keel):
     ],
 )
 def test_the_agent_cannot_call_functions_it_was_not_granted(world, agent, function):
+    """No mutation: EXECUTE grants (policies/03) have no planted bug yet."""
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent(f"select {function}", {"a": world.a.tenant})
 
 
 def test_a_function_call_without_a_token_fails_closed(world):
+    """No mutation: require_tenant's null check has no planted bug yet."""
     with pytest.raises(TenantContextMissing):
         agent_keel(world, None).renew_lease(world.a.tenant, world.a.task.task_id, 1)
 
@@ -376,6 +392,7 @@ TOKEN_ATTACKS = {
 
 @pytest.mark.parametrize("attack", sorted(TOKEN_ATTACKS))
 def test_altered_or_forged_tokens_are_refused(world, agent, attack):
+    """No mutation: verify_tenant_token has no planted bug yet."""
     with pytest.raises(psycopg.Error) as info:
         agent(OWN_TASKS, (world.a.tenant,), token=TOKEN_ATTACKS[attack](world))
     assert info.value.sqlstate == "42K07"
@@ -386,6 +403,7 @@ def test_altered_or_forged_tokens_are_refused(world, agent, attack):
 
 
 def test_an_expired_token_is_refused(world, keel, agent):
+    """No mutation: verify_tenant_token's expiry check has no planted bug yet."""
     short = keel.mint_tenant_token(world.a.tenant, timedelta(seconds=1))
     assert agent(OWN_TASKS, (world.a.tenant,), token=short)
     time.sleep(2.1)
@@ -395,6 +413,7 @@ def test_an_expired_token_is_refused(world, keel, agent):
 
 
 def test_a_retired_key_verifies_nothing(world, keel, agent, connect, throwaway_database):
+    """No mutation: key retirement in verify_tenant_token has no planted bug yet."""
     if not throwaway_database:
         pytest.skip("retiring signing keys would invalidate live tokens: embedded cluster only")
     connect(owner=True).execute("select keel.rotate_tenant_token_key(true)")
@@ -406,6 +425,7 @@ def test_a_retired_key_verifies_nothing(world, keel, agent, connect, throwaway_d
 
 
 def test_the_agent_cannot_read_signing_keys_or_sign(agent):
+    """No mutation: agent_table_select leaves tenant_token_keys alone; none other fits."""
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent("select inner_key from keel.tenant_token_keys")
 
@@ -423,11 +443,13 @@ def test_the_agent_cannot_read_signing_keys_or_sign(agent):
     ],
 )
 def test_the_agent_cannot_become_a_trusted_role(agent, escape):
+    """No mutation: SET ROLE is PostgreSQL's membership check on policies/01's roles."""
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         agent(escape)
 
 
 def test_reset_role_and_set_role_to_its_own_group_keep_it_untrusted(world, agent):
+    """No mutation: unbound, the stamp check refuses first; plain_tenant_id never reaches it."""
     for setup in (("reset role",), ("set local role keel_agent",)):
         plain = (*setup, f"set local keel.tenant_id = '{world.b.tenant}'")
         with pytest.raises(psycopg.Error) as info:
@@ -439,11 +461,13 @@ def test_reset_role_and_set_role_to_its_own_group_keep_it_untrusted(world, agent
 
 
 def test_idempotency_keys_are_no_existence_oracle(world, keel):
+    """No mutation: the tenant-scoped unique key is schema, not a repeatable file."""
     r = keel.reserve_operation(world.a.tenant, None, "key-of-b", "charge", "different")
     assert r.outcome == "reserved"  # tenant B's key is invisible and irrelevant
 
 
 def test_task_ids_are_no_existence_oracle(world, keel, workflow):
+    """No mutation: the (tenant_id, task_id) primary key is schema, not a repeatable file."""
     same_id = keel.create_task(
         world.a.tenant, workflow.name, workflow.version, task_id=world.b.task.task_id
     )
@@ -451,18 +475,26 @@ def test_task_ids_are_no_existence_oracle(world, keel, workflow):
 
 
 def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel, agent):
+    """No mutation: no shipped function takes advisory locks: nothing to plant."""
     conn = suite_connect(world.agent_dsn, autocommit=True)
     try:
         for key in (world.b.task.task_id.int & 0x7FFF_FFFF_FFFF_FFFF, 0, 1, 42):
             conn.execute("select pg_advisory_lock(%s)", (key,))
-        keel.renew_lease(world.b.tenant, world.b.task.task_id, world.b.task.fencing_token)
-        keel.transition_task(
-            world.b.tenant,
-            world.b.task.task_id,
-            2,
-            "done",
-            fencing_token=world.b.task.fencing_token,
-        )
+        # Waiting on any of the agent's locks would end in lock_not_available, not pass.
+        with keel.transaction(world.b.tenant) as own:
+            own.execute("set local lock_timeout = '2s'")
+            renewed = keel.renew_lease(
+                world.b.tenant, world.b.task.task_id, world.b.task.fencing_token
+            )
+            done = keel.transition_task(
+                world.b.tenant,
+                world.b.task.task_id,
+                2,
+                "done",
+                fencing_token=world.b.task.fencing_token,
+            )
+        assert (renewed.lease_owner, renewed.fencing_token) == ("setup", world.b.task.fencing_token)
+        assert (done.state, done.state_version) == ("done", 3)
     finally:
         conn.close()
 
@@ -471,6 +503,7 @@ def test_advisory_locks_held_by_the_agent_do_not_block_other_tenants(world, keel
 
 
 def test_the_app_context_does_not_bleed_into_the_next_transaction(world):
+    """No mutation: SET LOCAL ends with its transaction in PostgreSQL itself."""
     with suite_connect(world.app_dsn, autocommit=True) as conn:
         app = Keel(conn)
         assert app.get_task(world.a.tenant, world.a.task.task_id) is not None
@@ -507,6 +540,7 @@ def _sees_nothing_of(conn: psycopg.Connection, side: Side) -> None:
 
 @pytest.mark.parametrize("leftover", sorted(SESSION_LEFTOVERS))
 def test_a_session_level_app_context_is_ignored_by_later_transactions(world, leftover):
+    """Mutation: session_context."""
     with suite_connect(world.app_dsn, autocommit=True) as conn:
         conn.execute(SESSION_LEFTOVERS[leftover](world.a.tenant))
         assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
@@ -514,6 +548,7 @@ def test_a_session_level_app_context_is_ignored_by_later_transactions(world, lef
 
 
 def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
+    """Mutation: session_context."""
     with suite_connect(world.agent_dsn, autocommit=True) as conn:
         conn.execute(
             "select set_config('keel.tenant_token', %s, false),"
@@ -523,7 +558,8 @@ def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
         _sees_nothing_of(conn, world.a)
 
 
-def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
+def test_the_app_without_context_sees_nothing_and_cannot_reserve(world):
+    """No mutation: require_tenant's null check has no planted bug yet."""
     with suite_connect(world.app_dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from keel.task_events").fetchone() == (0,)
         with pytest.raises(psycopg.Error) as info:
@@ -534,6 +570,7 @@ def test_the_app_without_context_sees_nothing_and_writes_nothing(world):
 
 
 def test_a_malformed_app_context_fails_closed(world):
+    """No mutation: the failing uuid cast is PostgreSQL's, not a shipped function's."""
     with suite_connect(world.app_dsn) as conn:
         conn.execute("set local keel.tenant_id = 'not-a-uuid'")
         conn.execute("select keel.bind_tenant_context()")
@@ -547,7 +584,8 @@ def test_a_malformed_app_context_fails_closed(world):
 
 def test_no_session_of_the_same_login_sees_the_token_in_pg_stat_activity(world, keel, workflow):
     """pg_stat_activity.query is visible to every session of the same login: the client
-    sends the token only as a bind parameter. Mutation: token_in_query_text."""
+    sends the token only as a bind parameter.
+    No mutation: the bind parameter is the Python client's doing, not shipped SQL."""
     secret = world.a.token.split(".")[-1]  # the signature: enough to impersonate
     seen: list[str] = []
     stop = threading.Event()

@@ -32,6 +32,7 @@ def leased(keel, tenant, new_task):
 
 
 def test_a_new_key_is_reserved_and_a_replay_is_in_progress(keel, tenant, leased):
+    """No mutation: reserve_operation's replay path has no planted bug yet."""
     task, token = leased
     first = keel.reserve_operation(
         tenant, task.task_id, "charge-1", "charge", digest("a"), fencing_token=token
@@ -49,6 +50,7 @@ def test_a_new_key_is_reserved_and_a_replay_is_in_progress(keel, tenant, leased)
 
 
 def test_a_replay_after_success_returns_the_stored_result(keel, tenant, leased):
+    """No mutation: reserve_operation's replay path has no planted bug yet."""
     task, token = leased
     op = keel.reserve_operation(
         tenant, task.task_id, "charge-1", "charge", digest("a"), fencing_token=token
@@ -66,6 +68,7 @@ def test_a_replay_after_success_returns_the_stored_result(keel, tenant, leased):
 
 
 def test_a_replay_after_a_final_failure_returns_the_stored_error(keel, tenant, leased):
+    """No mutation: reserve_operation's replay path has no planted bug yet."""
     task, token = leased
     op = keel.reserve_operation(
         tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
@@ -82,6 +85,7 @@ def test_a_replay_after_a_final_failure_returns_the_stored_error(keel, tenant, l
 
 
 def test_a_retryable_failure_is_reserved_again_as_a_new_attempt(keel, tenant, leased):
+    """No mutation: the retry path of reserve_operation has no planted bug yet."""
     task, token = leased
     op = keel.reserve_operation(
         tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
@@ -100,9 +104,10 @@ def test_a_retryable_failure_is_reserved_again_as_a_new_attempt(keel, tenant, le
 
 
 @pytest.mark.parametrize("change", ["input_hash", "action", "task"])
-def test_a_reused_key_with_different_input_conflicts_and_changes_nothing(
+def test_a_reused_key_with_different_input_conflicts(
     keel, connect, tenant, leased, new_task, change
 ):
+    """Mutation: hash_unchecked (the input_hash case)."""
     task, token = leased
     op = keel.reserve_operation(
         tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
@@ -129,6 +134,7 @@ def test_a_reused_key_with_different_input_conflicts_and_changes_nothing(
 
 
 def test_operations_without_a_task_are_idempotent_too(keel, tenant):
+    """Mutation: hash_unchecked."""
     first = keel.reserve_operation(tenant, None, "email-42", "send_email", digest("hello"))
     again = keel.reserve_operation(tenant, None, "email-42", "send_email", digest("hello"))
     assert (first.outcome, again.outcome) == ("reserved", "in_progress")
@@ -137,6 +143,7 @@ def test_operations_without_a_task_are_idempotent_too(keel, tenant):
 
 
 def test_keys_are_scoped_to_their_tenant(keel, make_tenant):
+    """No mutation: the tenant-scoped unique key is schema, not a repeatable file."""
     a, b = make_tenant(), make_tenant()
     ra = keel.reserve_operation(a, None, "same-key", "x", digest("a"))
     rb = keel.reserve_operation(b, None, "same-key", "x", digest("b"))
@@ -145,6 +152,7 @@ def test_keys_are_scoped_to_their_tenant(keel, make_tenant):
 
 
 def test_concurrent_reservations_of_one_key_have_exactly_one_owner(connect, tenant):
+    """No mutation: the unique key (schema) serialises them; no function edit plants it."""
     clients = [Keel(connect()) for _ in range(6)]
     outcomes = race(
         [
@@ -159,6 +167,7 @@ def test_concurrent_reservations_of_one_key_have_exactly_one_owner(connect, tena
 
 
 def test_concurrent_reservations_with_different_input_have_one_winner(connect, tenant):
+    """Mutation: hash_unchecked."""
     clients = [Keel(connect()) for _ in range(2)]
     outcomes = race(
         [
@@ -173,6 +182,7 @@ def test_concurrent_reservations_with_different_input_have_one_winner(connect, t
 
 
 def test_a_finished_operation_cannot_be_finished_again(keel, tenant, leased):
+    """No mutation: finish_operation's state check has no planted bug yet."""
     task, token = leased
     op = keel.reserve_operation(
         tenant, task.task_id, "k", "charge", digest("a"), fencing_token=token
@@ -186,6 +196,7 @@ def test_a_finished_operation_cannot_be_finished_again(keel, tenant, leased):
 
 
 def test_reserving_for_a_task_needs_its_current_lease(keel, tenant, new_task):
+    """No mutation: reserve_operation's lease check has no planted bug yet."""
     task = new_task()
     with pytest.raises(LeaseLost):
         keel.reserve_operation(tenant, task.task_id, "k", "charge", digest("a"))
@@ -194,6 +205,7 @@ def test_reserving_for_a_task_needs_its_current_lease(keel, tenant, new_task):
 
 
 def test_keys_are_kept_for_the_retention_period(keel, tenant):
+    """No mutation: interval_compared edits the cap check, not the stored expiry."""
     r = keel.reserve_operation(tenant, None, "k", "x", digest("a"), retention=timedelta(days=3))
     op = keel.get_operation(tenant, r.operation_id)
     assert op.expires_at - op.created_at == timedelta(days=3)
@@ -206,6 +218,7 @@ def test_keys_are_kept_for_the_retention_period(keel, tenant):
 def test_malformed_arguments_are_refused_with_invalid_argument(
     keel, tenant, key, action, input_hash
 ):
+    """No mutation: reserve_operation's argument checks have no planted bug yet."""
     with pytest.raises(InvalidArgument):
         keel.reserve_operation(tenant, None, key, action, input_hash)
 

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.guarantee("G3")
 
 
 def test_a_legal_transition_bumps_the_version_and_writes_one_event(keel, tenant, new_task):
+    """No mutation: a positive control; the refusals are what planted bugs break."""
     task = new_task()
     moved = keel.transition_task(
         tenant,
@@ -58,6 +59,7 @@ def test_events_name_the_login_and_keep_the_callers_label_apart(keel, tenant, wo
 
 
 def test_a_stale_version_is_refused(keel, connect, tenant, new_task):
+    """Mutation: version_unchecked."""
     task = new_task()
     keel.transition_task(tenant, task.task_id, 1, "running")
     with pytest.raises(StaleState) as info:
@@ -67,12 +69,14 @@ def test_a_stale_version_is_refused(keel, connect, tenant, new_task):
 
 @pytest.mark.parametrize("target", ["done", "waiting", "nonexistent"])
 def test_an_illegal_edge_is_refused(keel, connect, tenant, new_task, target):
+    """No mutation: transition_task's edge check has no planted bug yet."""
     task = new_task()  # queued: only running and cancelled are legal
     with pytest.raises(IllegalTransition):
         keel.transition_task(tenant, task.task_id, 1, target, outbox=[{"topic": "t"}])
 
 
 def test_event_sequences_are_contiguous(keel, tenant, new_task):
+    """No mutation: the seq assignment in transition_task has no planted bug yet."""
     task = new_task()
     version = 1
     for state in ["running"] + ["waiting", "running"] * 10 + ["done"]:
@@ -86,6 +90,7 @@ def test_event_sequences_are_contiguous(keel, tenant, new_task):
 
 
 def test_outbox_messages_commit_with_the_transition(keel, connect, tenant, new_task):
+    """Mutation: outbox_dropped."""
     task = new_task()
     keel.transition_task(
         tenant,
@@ -109,7 +114,8 @@ def test_outbox_messages_commit_with_the_transition(keel, connect, tenant, new_t
     ]
 
 
-def test_a_rolled_back_transaction_leaves_no_event_state_or_message(connect, tenant, new_task):
+def test_the_callers_failure_after_a_transition_propagates(connect, tenant, new_task):
+    """No mutation: the rollback itself is PostgreSQL's atomicity, not shipped SQL."""
     task = new_task()
     conn = connect()
     keel = Keel(conn)
@@ -119,6 +125,7 @@ def test_a_rolled_back_transaction_leaves_no_event_state_or_message(connect, ten
 
 
 def test_two_transitions_from_one_version_have_one_winner(connect, tenant, new_task):
+    """Mutation: version_unchecked."""
     task = new_task()
     a, b = Keel(connect()), Keel(connect())
     outcomes = race(
@@ -136,6 +143,7 @@ def test_two_transitions_from_one_version_have_one_winner(connect, tenant, new_t
 
 
 def test_a_task_follows_the_workflow_version_it_was_created_with(keel, tenant, workflow):
+    """No mutation: the pinned workflow version has no planted bug yet."""
     edges = [("queued", "running"), ("queued", "done"), ("running", "done")]
     keel.define_workflow(workflow.name, 2, "queued", edges)
     old = keel.create_task(tenant, workflow.name, 1)
@@ -146,6 +154,7 @@ def test_a_task_follows_the_workflow_version_it_was_created_with(keel, tenant, w
 
 
 def test_a_terminal_state_ends_the_lease_and_the_schedule(keel, tenant, new_task):
+    """No mutation: transition_task's terminal branch has no planted bug yet."""
     task = new_task()
     claimed = keel.claim_lease(tenant, task.task_id, "w")
     running = keel.transition_task(
@@ -164,9 +173,8 @@ def test_a_terminal_state_ends_the_lease_and_the_schedule(keel, tenant, new_task
     "outbox",
     [[{"no_topic": 1}], [{"topic": 5}], ["just a string"], [{"topic": "t", "headers": []}]],
 )
-def test_malformed_outbox_messages_are_refused_and_nothing_is_written(
-    keel, connect, tenant, new_task, outbox
-):
+def test_malformed_outbox_messages_are_refused(keel, connect, tenant, new_task, outbox):
+    """No mutation: transition_task's outbox shape check has no planted bug yet."""
     task = new_task()
     with pytest.raises(InvalidArgument):
         keel.transition_task(tenant, task.task_id, 1, "running", outbox=outbox)
@@ -185,8 +193,8 @@ def test_a_task_created_in_a_terminal_state_is_never_due(keel, tenant, workflow)
 
 def test_declared_terminal_states_are_stored_once(keel, connect, workflow):
     """define_workflow stores which states are terminal; what transition_task, create_task
-    and claim_lease read. Mutation: none; born_due and the terminal-lease test above cover
-    its readers."""
+    and claim_lease read (born_due and the terminal-lease test cover those readers).
+    No mutation: a catalog row read directly."""
     edges = [("queued", "running"), ("running", "queued"), ("running", "done")]
     assert keel.define_workflow(workflow.name, 11, "queued", edges, terminal_states=["done"])
     assert keel.define_workflow(workflow.name, 11, "queued", edges) is False  # identical

@@ -30,6 +30,7 @@ def history(keel, tenant, new_task):
 @pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("role", ROLES)
 def test_no_application_role_can_change_events(login_role, tenant, history, connect, role, change):
+    """No mutation: privileges refuse before the trigger; no planted bug grants DML."""
     with suite_connect(login_role(role).dsn) as conn:
         set_tenant_context(conn, tenant)
         params = (tenant,) if "%s" in CHANGES[change] else None
@@ -39,6 +40,7 @@ def test_no_application_role_can_change_events(login_role, tenant, history, conn
 
 @pytest.mark.parametrize("change", ["update", "delete"])
 def test_the_owner_is_refused_too(connect, tenant, history, change):
+    """Mutation: trigger_open."""
     conn = connect(owner=True)
     with pytest.raises(psycopg.Error) as info, in_tenant(conn, tenant):
         conn.execute(CHANGES[change], (tenant,))
@@ -47,6 +49,7 @@ def test_the_owner_is_refused_too(connect, tenant, history, change):
 
 
 def test_the_owner_cannot_truncate_events(connect, tenant, history):
+    """Mutation: truncate_open."""
     conn = connect(owner=True)
     # Rolled back whatever happens: where the trigger lets TRUNCATE through, every tenant's
     # history would be gone. TRUNCATE locks the table before its trigger runs: briefly.
@@ -60,6 +63,7 @@ def test_the_owner_cannot_truncate_events(connect, tenant, history):
 
 
 def test_a_purge_may_delete_but_never_update(connect, tenant, history):
+    """Mutation: trigger_open."""
     conn = connect(owner=True)
     with conn.transaction(force_rollback=True):
         set_tenant_context(conn, tenant)
@@ -76,6 +80,7 @@ def test_a_purge_may_delete_but_never_update(connect, tenant, history):
 
 @pytest.mark.parametrize("trigger", ["task_events_append_only", "task_events_append_only_truncate"])
 def test_the_append_only_triggers_are_installed_and_enabled(connect, trigger):
+    """No mutation: a catalog property checked directly (pg_trigger)."""
     row = (
         connect()
         .execute(
@@ -89,6 +94,7 @@ def test_the_append_only_triggers_are_installed_and_enabled(connect, trigger):
 
 
 def test_the_auditor_reads_every_tenants_history(login_role, make_tenant, keel, workflow):
+    """No mutation: the auditor's grant and policy have no planted bug yet."""
     tenants = [make_tenant(), make_tenant()]
     for t in tenants:
         keel.create_task(t, workflow.name, workflow.version)

@@ -24,7 +24,8 @@ def test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim(
 ):
     """An agent of tenant A holds row locks on more of its due tasks than a candidate
     window, in a transaction that never goes idle; A's tasks are due before B's. A worker
-    still claims B's task in one call. Mutation: claim_window."""
+    still claims B's task in one call.
+    Mutation: claim_window."""
     a, b = make_tenant(), make_tenant()
     a_tasks = [keel.create_task(a, workflow.name, workflow.version) for _ in range(LOCKED)]
     b_task = keel.create_task(b, workflow.name, workflow.version)
@@ -46,6 +47,7 @@ def test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim(
 def test_unlocked_due_tasks_of_the_same_tenant_behind_locked_ones_are_claimed(
     keel, tenant, workflow, connect
 ):
+    """Mutation: claim_window."""
     tasks = [keel.create_task(tenant, workflow.name, workflow.version) for _ in range(LOCKED + 1)]
     holder = connect(owner=True)
     with in_tenant(holder, tenant):
@@ -79,6 +81,7 @@ def _literal(value: str) -> str:
 
 @pytest.mark.parametrize("call", ["create", "release", "transition"])
 def test_every_wake_time_a_caller_passes_is_clamped(keel, tenant, workflow, call):
+    """Mutation: wake_at_unclamped."""
     task = keel.create_task(tenant, workflow.name, workflow.version)
     past = datetime(1990, 1, 1, tzinfo=UTC)
     if call == "create":
@@ -93,6 +96,7 @@ def test_every_wake_time_a_caller_passes_is_clamped(keel, tenant, workflow, call
 
 @pytest.mark.parametrize("wake_at", ["infinity", "now() + interval '400 days'"])
 def test_a_wake_time_past_the_maximum_is_refused(keel, tenant, workflow, connect, wake_at):
+    """No mutation: wake_at_unclamped removes the lower clamp only; the cap is unplanted."""
     conn = connect()
     with pytest.raises(InvalidArgument), Keel(conn).transaction(tenant):
         conn.execute(
@@ -131,6 +135,7 @@ def test_lease_durations_are_checked_as_timestamps(keel, tenant, new_task, conne
 
 
 def test_the_longest_lease_allowed_is_granted(keel, tenant, new_task):
+    """No mutation: a positive control at the cap; interval_compared still grants it."""
     task = new_task()
     claimed = keel.claim_lease(tenant, task.task_id, "w", timedelta(days=7))
     assert claimed.lease_expires_at is not None

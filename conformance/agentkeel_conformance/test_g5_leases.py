@@ -24,6 +24,7 @@ def wait_past(lease: timedelta) -> None:
 
 
 def test_every_acquisition_increments_the_fencing_token(keel, tenant, new_task):
+    """No mutation: claim_lease's token increment has no planted bug yet."""
     task = new_task()
     tokens = []
     for owner in ("a", "b", "c"):
@@ -34,6 +35,7 @@ def test_every_acquisition_increments_the_fencing_token(keel, tenant, new_task):
 
 
 def test_an_unexpired_lease_refuses_a_second_claim(keel, tenant, new_task):
+    """No mutation: claim_lease's held-lease check has no planted bug yet."""
     task = new_task()
     keel.claim_lease(tenant, task.task_id, "a")
     with pytest.raises(LeaseHeld):
@@ -54,6 +56,7 @@ FENCED_WRITES = {
 
 @pytest.mark.parametrize("write", sorted(FENCED_WRITES))
 def test_a_stale_token_is_refused_after_a_takeover(keel, connect, tenant, new_task, write):
+    """No mutation: assert_lease has no planted bug; completion_unfenced is another path."""
     task = new_task()
     a = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT)
     wait_past(SHORT)
@@ -67,6 +70,7 @@ def test_a_stale_token_is_refused_after_a_takeover(keel, connect, tenant, new_ta
 
 
 def test_completing_an_operation_with_a_stale_token_is_refused(keel, connect, tenant, new_task):
+    """Mutation: completion_unfenced."""
     task = new_task()
     a = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT)
     op = keel.reserve_operation(
@@ -86,6 +90,7 @@ def test_completing_an_operation_with_a_stale_token_is_refused(keel, connect, te
 
 
 def test_an_expired_lease_cannot_be_renewed_even_if_nobody_took_it(keel, tenant, new_task):
+    """No mutation: renew_lease's expiry check has no planted bug yet."""
     task = new_task()
     a = keel.claim_lease(tenant, task.task_id, "a", SHORT)
     wait_past(SHORT)
@@ -95,6 +100,7 @@ def test_an_expired_lease_cannot_be_renewed_even_if_nobody_took_it(keel, tenant,
 
 
 def test_a_leased_task_cannot_be_moved_without_its_token(keel, connect, tenant, new_task):
+    """No mutation: transition_task's fencing branch has no planted bug yet."""
     task = new_task()
     keel.claim_lease(tenant, task.task_id, "a")
     with pytest.raises(LeaseLost):
@@ -102,6 +108,7 @@ def test_a_leased_task_cannot_be_moved_without_its_token(keel, connect, tenant, 
 
 
 def test_renewal_extends_and_release_makes_the_task_due_now(keel, tenant, new_task):
+    """No mutation: renew_lease and release_lease have no planted bug yet."""
     task = new_task()
     a = keel.claim_lease(tenant, task.task_id, "a", timedelta(seconds=5))
     renewed = keel.renew_lease(tenant, task.task_id, a.fencing_token, timedelta(seconds=60))
@@ -113,6 +120,7 @@ def test_renewal_extends_and_release_makes_the_task_due_now(keel, tenant, new_ta
 
 
 def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
+    """No mutation: claim_window fails it only if claims collide: timing, not certain."""
     tasks = {new_task().task_id for _ in range(30)}  # all due now
     claimers = [Keel(connect()) for _ in range(4)]
 
@@ -132,6 +140,7 @@ def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
 
 
 def test_nothing_due_means_no_claim(keel, tenant, new_task):
+    """No mutation: claim_next_task's due filter has no planted bug yet."""
     task = new_task()
     keel.claim_lease(tenant, task.task_id, "a")
     assert keel.claim_next_task("b", workflow=task.workflow) is None
@@ -139,6 +148,7 @@ def test_nothing_due_means_no_claim(keel, tenant, new_task):
 
 @pytest.mark.parametrize("lease", [timedelta(0), timedelta(seconds=-1), timedelta(days=8)])
 def test_lease_durations_are_validated(keel, tenant, new_task, lease):
+    """No mutation: interval_compared still refuses these plain intervals."""
     task = new_task()
     with pytest.raises(InvalidArgument):
         keel.claim_lease(tenant, task.task_id, "a", lease)

@@ -29,7 +29,8 @@ def test_acting_roles_carry_timeout_defaults(connect, role):
 def test_an_agent_login_left_idle_in_a_transaction_is_terminated(login_role):
     """What the server enforces on a real keel_agent login set up as the README says (the
     group's settings copied on): an agent that holds a transaction open across a slow
-    external call loses it. Mutation: agent_idle_unbounded."""
+    external call loses it.
+    Mutation: agent_idle_unbounded."""
     conn = psycopg.connect(login_role("keel_agent").dsn)
     try:
         row = conn.execute(
@@ -50,7 +51,7 @@ def test_an_agent_login_left_idle_in_a_transaction_is_terminated(login_role):
 
 def test_a_reservation_is_committed_before_the_call(connect, tenant, new_task):
     """The reservation survives the caller's death during the call: it was committed first.
-    Mutation: none; no function holds a transaction open, there is nothing to plant."""
+    No mutation: no function holds a transaction open: there is nothing to plant."""
     task = new_task()
     worker = Keel(connect())
     lease = worker.claim_lease(tenant, task.task_id, "w")

@@ -65,9 +65,8 @@ ACCEPTED = {
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
-def test_secret_bearing_keys_are_refused_and_nothing_is_written(
-    keel, connect, tenant, new_task, case
-):
+def test_secret_bearing_keys_are_refused_naming_the_path(keel, connect, tenant, new_task, case):
+    """Mutation: keys_unchecked."""
     payload, path = REFUSED[case]
     task = new_task()
     with pytest.raises(PayloadRejected) as info:
@@ -79,12 +78,14 @@ def test_secret_bearing_keys_are_refused_and_nothing_is_written(
 
 @pytest.mark.parametrize("case", sorted(ACCEPTED))
 def test_ordinary_keys_are_accepted(keel, tenant, new_task, case):
+    """No mutation: a positive control; the refusals are what planted bugs break."""
     task = new_task()
     keel.transition_task(tenant, task.task_id, 1, "running", payload=ACCEPTED[case])
     assert keel.task_events(tenant, task.task_id)[-1].payload == ACCEPTED[case]
 
 
 def test_an_oversize_payload_is_refused(keel, connect, tenant, new_task):
+    """No mutation: check_payload's size check has no planted bug yet."""
     limit = int(
         connect()
         .execute("select value from keel.settings where setting = 'max_event_payload_bytes'")
@@ -97,6 +98,7 @@ def test_an_oversize_payload_is_refused(keel, connect, tenant, new_task):
 
 
 def test_the_size_limit_is_a_setting(keel, connect, tenant, new_task, throwaway_database):
+    """No mutation: check_payload's size check has no planted bug yet."""
     if not throwaway_database:
         pytest.skip("changing keel.settings affects every tenant: embedded cluster only")
     conn = connect(owner=True)
@@ -136,7 +138,7 @@ SINKS: dict[str, Callable[[Keel, uuid.UUID, Any, dict[str, Any]], Any]] = {
 
 @pytest.mark.parametrize("sink", sorted(SINKS))
 def test_every_stored_payload_refuses_secret_bearing_keys(keel, tenant, new_task, sink):
-    """Mutation: outbox_unchecked (outbox sinks), result_unchecked (operation sinks)."""
+    """Mutation: keys_unchecked; also outbox_unchecked, result_unchecked (their sinks)."""
     with pytest.raises(PayloadRejected) as info:
         SINKS[sink](keel, tenant, new_task(), {"nested": {"Authorization": SECRET}})
     assert "nested.Authorization" in info.value.message and sink.split()[0] in info.value.message
@@ -145,6 +147,7 @@ def test_every_stored_payload_refuses_secret_bearing_keys(keel, tenant, new_task
 
 @pytest.mark.parametrize("sink", sorted(SINKS))
 def test_every_stored_payload_has_a_size_limit(keel, tenant, new_task, sink):
+    """No mutation: check_payload's size check has no planted bug yet."""
     with pytest.raises(PayloadRejected) as info:
         SINKS[sink](keel, tenant, new_task(), {"blob": "x" * 70_000})
     assert "over the limit of" in info.value.message
@@ -152,6 +155,7 @@ def test_every_stored_payload_has_a_size_limit(keel, tenant, new_task, sink):
 
 @pytest.mark.parametrize("sink", sorted(SINKS))
 def test_every_stored_payload_accepts_ordinary_keys(keel, tenant, new_task, sink):
+    """No mutation: a positive control; the refusals are what planted bugs break."""
     SINKS[sink](keel, tenant, new_task(), {"tool": "search", "max_tokens": 512})
 
 
@@ -167,6 +171,7 @@ def nested_text(depth: int) -> str:
 
 
 def test_payloads_nested_up_to_the_limit_are_accepted(keel, tenant, new_task):
+    """No mutation: a positive control at the depth limit."""
     keel.transition_task(tenant, new_task().task_id, 1, "running", payload=nested(64))
 
 

@@ -18,6 +18,7 @@ SPECS = load_specs()
     [pytest.param(s, id=s.name, marks=[pytest.mark.guarantee(*s.guarantees)]) for s in SPECS],
 )
 def test_interleaving(spec, keel_dsn, owner_dsn, workflow, artifacts):
+    """Mutation: version_unchecked (transition_same_version.spec)."""
     expected = expected_output(spec)
     assert expected is not None, f"specs/expected/{spec.name}.out is missing"
     actual = Runner(keel_dsn, workflow.name, CONNECTION_OPTIONS, owner_dsn).run(spec)

@@ -229,6 +229,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
 
 
 def test_the_lifecycle_matches_the_model(keel_dsn, owner_dsn, workflow):
+    """No mutation: randomised model run: which planted bug it finds depends on the draw."""
     run_state_machine_as_test(
         machine(keel_dsn, owner_dsn, workflow.name),
         settings=settings(

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.guarantee("G2", "G3", "G5", "G6")
 
 
 def test_racing_workers_keep_every_guarantee(keel_dsn, workflow, tenant, tmp_path, artifacts):
+    """Mutation: outbox_dropped."""
     config = RaceConfig(keel_dsn, workflow.name, tenant, options=CONNECTION_OPTIONS)
     verdict, events = run_race(config, tmp_path)
     if not verdict.ok:
