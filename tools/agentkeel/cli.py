@@ -24,6 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agentkeel import __version__
+from agentkeel.bootstrap import Login
+from agentkeel.bootstrap import Plan as BootstrapPlan
+from agentkeel.bootstrap import apply as apply_bootstrap
 from agentkeel.check import SchemaMissing, failing_findings, run_checks, to_json, to_junit
 from agentkeel.distribute import citus_installed, read_layout, script, statements
 from agentkeel.embedded import EmbeddedError, PostgresNotFound, find_bindir
@@ -426,6 +429,92 @@ def bench(dsn: str | None, rows: int, repeats: int) -> None:
     for m in results:
         table.add_row(m.case, f"{m.best_ms:.1f}", f"{m.us_per_row:.2f}")
     out.print(table)
+
+
+# -- bootstrap -------------------------------------------------------------------
+
+
+@main.command(short_help="Print (or run) the DBA's script: migrator, database, logins.")
+@click.option(
+    "--dsn",
+    envvar="AGENTKEEL_BOOTSTRAP_DSN",
+    default=None,
+    metavar="DSN",
+    help="With --apply: a superuser or CREATEROLE connection ($AGENTKEEL_BOOTSTRAP_DSN).",
+)
+@click.option("--apply", "apply_", is_flag=True, help="Run the script; default: print it.")
+@click.option("--database", default="agentkeel", show_default=True, help="Database to create.")
+@click.option(
+    "--migrator", default="agentkeel_migrator", show_default=True, help="Migrator login to create."
+)
+@click.option("--app-login", "app_logins", multiple=True, metavar="NAME", help="keel_app login.")
+@click.option(
+    "--worker-login", "worker_logins", multiple=True, metavar="NAME", help="keel_worker login."
+)
+@click.option(
+    "--agent-login", "agent_logins", multiple=True, metavar="NAME", help="keel_agent login."
+)
+@click.option(
+    "--password-from-env",
+    "password_envs",
+    multiple=True,
+    metavar="LOGIN=VAR",
+    help="With --apply: set LOGIN's password from $VAR (sent as a SCRAM verifier). Printed "
+    "scripts use psql's \\password instead.",
+)
+def bootstrap(
+    dsn: str | None,
+    apply_: bool,
+    database: str,
+    migrator: str,
+    app_logins: tuple[str, ...],
+    worker_logins: tuple[str, ...],
+    agent_logins: tuple[str, ...],
+    password_envs: tuple[str, ...],
+) -> None:
+    """Print the psql script that creates the migrator login (LOGIN CREATEROLE), the
+    database it owns, and application logins in keel_app / keel_worker / keel_agent with
+    their group's role settings; --apply --dsn runs it. Roles are cluster-wide."""
+    logins = [
+        Login(name, group)
+        for group, names in (
+            ("keel_app", app_logins),
+            ("keel_worker", worker_logins),
+            ("keel_agent", agent_logins),
+        )
+        for name in names
+    ]
+    plan = BootstrapPlan(database, migrator, logins)
+    if not apply_:
+        if password_envs:
+            fail(
+                "--password-from-env needs --apply: a printed script holds no secret",
+                ExitCode.USAGE,
+            )
+        click.echo(plan.script(), nl=False)
+        return
+    passwords: dict[str, str] = {}
+    known = {migrator, *(login.name for login in logins)}
+    for item in password_envs:
+        login, sep, var = item.partition("=")
+        if not sep or login not in known:
+            fail(
+                f"--password-from-env {item!r}: expected LOGIN=VAR for a login this command "
+                f"creates ({', '.join(sorted(known))})",
+                ExitCode.USAGE,
+            )
+        if not os.environ.get(var):
+            fail(f"--password-from-env {item!r}: ${var} is not set or empty", ExitCode.USAGE)
+        passwords[login] = os.environ[var]
+    with connect_dsn(require_dsn(dsn)) as conn:
+        for stmt in apply_bootstrap(conn, plan, passwords):
+            out.print(stmt, markup=False)
+    unset = sorted(known - passwords.keys())
+    if unset:
+        out.print(
+            f"no password set for {', '.join(unset)}: psql's \\password sets one", markup=False
+        )
+    out.print("bootstrapped")
 
 
 # -- distribute ------------------------------------------------------------------

@@ -1,0 +1,252 @@
+"""The DBA's first step (`agentkeel bootstrap`): a psql script that creates the migrator
+login, the database it owns and, optionally, application logins in keel_app, keel_worker
+and keel_agent with the role settings policies/06_role_settings.sql gives those groups.
+
+Least privilege for the migrator: LOGIN CREATEROLE, nothing else (no SUPERUSER, CREATEDB,
+REPLICATION or BYPASSRLS). CREATEROLE cannot be avoided by pre-creating the group roles:
+every `migrate up` re-runs policies/, which `alter role keel_* set ...`, `comment on role`
+and `grant keel_owner to ...`, and PostgreSQL lets only a superuser or a CREATEROLE role
+(16+: CREATEROLE with ADMIN OPTION on the target) do that. So the script creates the
+NOLOGIN group roles the logins join (the same ones policies/01_roles.sql creates if missing)
+and, on PostgreSQL 16+, gives the migrator ADMIN OPTION on them without membership
+(INHERIT FALSE, SET FALSE), which a role created by someone else would otherwise lack.
+
+No secret ever enters the script: it sets passwords with psql's `\\password` (prompted);
+`--apply` takes them from environment variables and sends them hashed (SCRAM, computed by
+libpq on this side), so not even the server log sees the clear text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pglast
+import psycopg
+from pglast import ast
+from psycopg import sql
+
+from agentkeel.sql_files import sql_root
+
+# The group roles an application login may join, and what each is for.
+LOGIN_GROUPS = {
+    "keel_app": "trusted server code: the function API for the tenant in its context",
+    "keel_worker": "claims work across tenants, then acts within the claimed tenant",
+    "keel_agent": "untrusted generated SQL: approved functions only, its signed tenant only",
+}
+
+
+@dataclass(frozen=True)
+class RoleSetting:
+    role: str
+    name: str
+    value: str
+    min_version_num: int | None = None  # set only on servers at least this new
+
+
+def keel_group_roles(root: Path | None = None) -> list[str]:
+    """The group roles policies/01_roles.sql creates, in its order."""
+    text = ((root or sql_root()) / "policies" / "01_roles.sql").read_text()
+    return list(dict.fromkeys(re.findall(r"'(keel_[a-z_]+)'", text)))
+
+
+def _value(node: ast.Node) -> str:
+    if isinstance(node, ast.A_Const) and node.val is not None:
+        val = node.val
+        if isinstance(val, ast.String):
+            return str(val.sval)
+        if isinstance(val, ast.Integer):
+            return str(val.ival)
+        if isinstance(val, ast.Float):
+            return str(val.fval)
+    raise ValueError(f"unsupported role setting value: {node}")
+
+
+def _settings_of(stmt: ast.Node | None, min_version: int | None) -> list[RoleSetting]:
+    if not isinstance(stmt, ast.AlterRoleSetStmt) or stmt.role is None:
+        return []
+    set_stmt = stmt.setstmt
+    if set_stmt is None or set_stmt.kind != pglast.enums.VariableSetKind.VAR_SET_VALUE:
+        return []
+    value = ", ".join(_value(arg) for arg in set_stmt.args or ())
+    return [RoleSetting(str(stmt.role.rolename), str(set_stmt.name), value, min_version)]
+
+
+def role_settings(root: Path | None = None) -> list[RoleSetting]:
+    """Every `alter role ... set` of policies/06_role_settings.sql, parsed (pglast), including
+    those a DO block runs only from some server version on (`execute '<alter role ...>'`)."""
+    text = ((root or sql_root()) / "policies" / "06_role_settings.sql").read_text()
+    found: list[RoleSetting] = []
+    for raw in pglast.parse_sql(text):
+        stmt = raw.stmt
+        if isinstance(stmt, ast.DoStmt):
+            body = next(str(d.arg.sval) for d in stmt.args or () if d.defname == "as")
+            guard = re.search(r"server_version_num'\)::integer\s*>=\s*(\d+)", body)
+            for literal in re.findall(r"execute\s+'((?:[^']|'')*)'", body):
+                for inner in pglast.parse_sql(literal.replace("''", "'")):
+                    found += _settings_of(inner.stmt, int(guard.group(1)) if guard else None)
+        else:
+            found += _settings_of(stmt, None)
+    return found
+
+
+@dataclass(frozen=True)
+class Login:
+    name: str
+    group: str
+
+
+def _ident(name: str) -> str:
+    return sql.Identifier(name).as_string(None)
+
+
+def _literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _version_guarded(min_version: int, statement: str) -> str:
+    return (
+        "do $$\nbegin\n"
+        f"    if pg_catalog.current_setting('server_version_num')::integer >= {min_version} then\n"
+        f"        execute {_literal(statement.rstrip(';'))};\n"
+        "    end if;\nend;\n$$;"
+    )
+
+
+def login_statements(login: Login, settings: list[RoleSetting]) -> list[str]:
+    """Create one application login in its group, with the group's role settings copied."""
+    name = _ident(login.name)
+    stmts = [f"create role {name} login in role {_ident(login.group)};"]
+    for s in settings:
+        if s.role != login.group:
+            continue
+        stmt = f"alter role {name} set {s.name} = {_literal(s.value)};"
+        stmts.append(
+            stmt if s.min_version_num is None else _version_guarded(s.min_version_num, stmt)
+        )
+    return stmts
+
+
+def _group_roles_block(groups: list[str], migrator: str) -> str:
+    array = ", ".join(_literal(g) for g in groups)
+    return f"""do $$
+declare
+    v_role text;
+begin
+    foreach v_role in array array[{array}] loop
+        if not exists (select from pg_catalog.pg_roles as r where r.rolname = v_role) then
+            execute format('create role %I nologin', v_role);
+        end if;
+        if pg_catalog.current_setting('server_version_num')::integer >= 160000 then
+            execute format('grant %I to %I with admin true, inherit false, set false',
+                v_role, {_literal(migrator)});
+        end if;
+    end loop;
+end;
+$$;"""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What bootstrap does: statements in order; `\\password` marks a prompted password."""
+
+    database: str
+    migrator: str
+    logins: list[Login]
+
+    def statements(self, root: Path | None = None) -> list[str]:
+        groups = keel_group_roles(root)
+        settings = role_settings(root)
+        stmts = [
+            f"create role {_ident(self.migrator)} login createrole;",
+            _group_roles_block(groups, self.migrator),
+            f"grant keel_owner to {_ident(self.migrator)};",
+            f"create database {_ident(self.database)} owner {_ident(self.migrator)};",
+            f"revoke connect on database {_ident(self.database)} from public;",
+            f"grant connect on database {_ident(self.database)} to "
+            + ", ".join(_ident(g) for g in groups)
+            + ";",
+        ]
+        for login in self.logins:
+            stmts += login_statements(login, settings)
+        return stmts
+
+    def script(self, root: Path | None = None) -> str:
+        settings = role_settings(root)
+        stmts = self.statements(root)
+        head = [
+            "-- agentkeel bootstrap: run once as a superuser or a CREATEROLE role, e.g.",
+            "--   psql -v ON_ERROR_STOP=1 -d postgres -f bootstrap.sql",
+            "-- Roles and role settings are cluster-wide: every database of this server sees",
+            "-- the logins below, and the keel_* group roles are shared by every agentkeel",
+            "-- database on it. No password is in this file: psql prompts (\\password).",
+            "--",
+            f"-- The migrator {self.migrator}: LOGIN CREATEROLE and nothing else. CREATEROLE",
+            "-- because every `agentkeel migrate up` re-applies policies/, which creates the",
+            "-- NOLOGIN keel_* group roles if missing, grants keel_owner and sets role settings",
+            "-- (alter role keel_* set ...): only CREATEROLE (16+: with ADMIN OPTION) may.",
+        ]
+        body = [stmts[0], f"\\password {_ident(self.migrator)}", ""]
+        body += [
+            "-- The group roles logins join (policies/01_roles.sql creates them too, if",
+            "-- missing); on 16+ the migrator gets ADMIN OPTION on them, not membership.",
+            stmts[1],
+            stmts[2],
+            "",
+            "-- The database, owned by the migrator (`migrate up` creates schema keel in it);",
+            "-- only the keel_* roles (and so their members) may connect.",
+            *stmts[3:6],
+            "",
+            "-- Application logins, one per program (`agentkeel bootstrap --app-login NAME`,",
+            "-- --worker-login, --agent-login). Role settings apply to the role a session logs",
+            "-- in as, not to its groups: each login gets a copy of its group's settings from",
+            "-- policies/06_role_settings.sql (override as needed).",
+        ]
+        for login in self.logins:
+            body += [f"-- {login.name}: {login.group}, {LOGIN_GROUPS[login.group]}"]
+            body += login_statements(login, settings)
+            body += [f"\\password {_ident(login.name)}", ""]
+        named = {login.group for login in self.logins}
+        for group in LOGIN_GROUPS:
+            if group in named:
+                continue
+            example = Login(f"my_{group.removeprefix('keel_')}_login", group)
+            body += [f"-- Optional, {group}: {LOGIN_GROUPS[group]}"]
+            for stmt in login_statements(example, settings):
+                body += ["-- " + line for line in stmt.splitlines()]
+            body += [f"-- \\password {example.name}", ""]
+        body += [
+            "-- Then, as the migrator:",
+            f"--   agentkeel migrate up --dsn postgresql://{self.migrator}@HOST/{self.database}",
+            "--   agentkeel conformance --dsn <an application login> --owner-dsn <the migrator>",
+        ]
+        return "\n".join([*head, "", *body]) + "\n"
+
+
+def apply(conn: psycopg.Connection, plan: Plan, passwords: dict[str, str]) -> list[str]:
+    """Run the plan on an autocommit connection; a login named in `passwords` gets that
+    password, sent as a SCRAM verifier computed here. Returns the statements run."""
+    ran: list[str] = []
+    for stmt in plan.statements():
+        conn.execute(stmt.encode())
+        ran.append(stmt)
+        created = re.match(r'create role ("(?:[^"]|"")*"|[a-z_][a-z0-9_$]*) login', stmt)
+        if created is None:
+            continue
+        name = next(
+            n
+            for n in [plan.migrator, *(lg.name for lg in plan.logins)]
+            if _ident(n) == created.group(1)
+        )
+        if name in passwords:
+            verifier = conn.pgconn.encrypt_password(
+                passwords[name].encode(), name.encode(), b"scram-sha-256"
+            ).decode()
+            conn.execute(
+                sql.SQL("alter role {} password {}").format(
+                    sql.Identifier(name), sql.Literal(verifier)
+                )
+            )
+            ran.append(f"alter role {_ident(name)} password '<SCRAM verifier>';")
+    return ran
