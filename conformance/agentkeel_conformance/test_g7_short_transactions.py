@@ -26,6 +26,18 @@ def test_acting_roles_carry_timeout_defaults(connect, role):
         assert settings[name] not in ("0", ""), f"{role} disables {name}"
 
 
+def test_agents_carry_a_transaction_timeout_where_the_server_has_one(connect):
+    """PostgreSQL 17+ bounds a whole agent transaction, however busy it keeps itself; 15
+    and 16 have no such setting (README: the reaper query instead).
+    No mutation: a catalog property of policies/06, checked directly."""
+    conn = connect()
+    version = conn.execute("select current_setting('server_version_num')::int").fetchone()
+    if version is None or version[0] < 170000:
+        pytest.skip("transaction_timeout exists from PostgreSQL 17 on")
+    settings = role_defaults(conn, "keel_agent")
+    assert settings.get("transaction_timeout") not in (None, "0", "")
+
+
 def test_an_agent_login_left_idle_in_a_transaction_is_terminated(login_role):
     """What the server enforces on a real keel_agent login set up as the README says (the
     group's settings copied on): an agent that holds a transaction open across a slow
