@@ -27,6 +27,10 @@ keel.verify_tenant_token(text),
 keel.error_codes()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 
+-- What was applied (G12): `agentkeel migrate status` and the suite's G12 tests, as any role.
+grant execute on function keel.applied_migrations()
+to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+
 -- Binding a context to its transaction: every role that sets one.
 grant execute on function keel.bind_tenant_context()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;

@@ -4,6 +4,11 @@ logins carry their group's role settings."""
 
 from __future__ import annotations
 
+import os
+import pty
+import re
+import select
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -72,3 +77,88 @@ def test_bootstrap_creates_a_least_privilege_migrator_that_installs_agentkeel(ad
             ).fetchall()
         )
     assert "statement_timeout=30s" in settings
+
+
+def psql_at_a_terminal(args: list[str], passwords: dict[str, str], timeout: float = 60) -> str:
+    """Run psql with a terminal of its own, as a DBA does, answering its \\password prompts
+    ('Enter new password for user "NAME":', then 'Enter it again:'). Returns what it wrote."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: psql on the new terminal
+        os.execvp(args[0], args)
+    seen = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: psql exited and the terminal closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+            tail = seen[-200:].decode(errors="replace")
+            asked = re.search(r'Enter new password for user "([^"]+)": *$', tail)
+            if asked:
+                os.write(fd, passwords[asked.group(1)].encode() + b"\n")
+            elif re.search(r"Enter it again: *$", tail):
+                os.write(fd, passwords[last_asked(seen)].encode() + b"\n")
+        else:
+            pytest.fail(f"psql did not finish in {timeout}s:\n{seen.decode(errors='replace')}")
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = seen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    return text
+
+
+def last_asked(seen: bytes) -> str:
+    return re.findall(rb'Enter new password for user "([^"]+)"', seen)[-1].decode()
+
+
+def test_the_printed_script_runs_in_psql_and_the_suite_passes_as_its_application_logins(
+    admin_dsn, names, tmp_path
+):
+    """The whole DBA path as written: the printed script through `psql -f` (answering its
+    \\password prompts), `migrate up` as the migrator, then the conformance suite with an
+    application login as --dsn and the migrator as --owner-dsn. What the login's role may
+    not call (claim_next_task for keel_app, create_tenant for keel_worker) the suite calls
+    as a temporary login of the role that may; the migration history is read through
+    keel.applied_migrations(). Nothing fails, and nothing but the throwaway-cluster tests
+    is skipped."""
+    printed = run_agentkeel(
+        "bootstrap", "--database", names["db"], "--migrator", names["migrator"],
+        "--app-login", names["app"], "--worker-login", names["worker"],
+        "--agent-login", names["agent"],
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    script = tmp_path / "bootstrap.sql"
+    script.write_text(printed.stdout)
+    passwords = {names[k]: f"pw-{k}-{uuid.uuid4().hex[:6]}" for k in names if k != "db"}
+    psql_at_a_terminal(
+        ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", admin_dsn, "-f", str(script)], passwords
+    )
+
+    def dsn(key: str) -> str:
+        return conninfo.make_conninfo(
+            admin_dsn, user=names[key], password=passwords[names[key]], dbname=names["db"]
+        )
+
+    up = run_agentkeel("migrate", "up", "--dsn", dsn("migrator"))
+    assert up.returncode == 0, up.stderr
+    for login, selection in (("app", []), ("worker", ["-k", "g5 or g12 or interleaving"])):
+        suite = run_agentkeel(
+            "conformance", "--dsn", dsn(login), "--owner-dsn", dsn("migrator"), "-q", *selection
+        )
+        assert suite.returncode == 0, f"as {login}:\n{suite.stdout[-4000:]}"
+        assert re.search(r"│ G5\s+│.*│ passed\s+│", suite.stdout), suite.stdout[-3000:]
+        assert re.search(r"│ G12\s+│.*│ passed\s+│", suite.stdout), suite.stdout[-3000:]
+        skips = [line for line in suite.stdout.splitlines() if " SKIPPED " in line]
+        allowed = ("embedded cluster only", "exists from PostgreSQL 17 on")
+        assert all(any(reason in line for reason in allowed) for line in skips), skips
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        left = conn.execute("select rolname from pg_roles where rolname like 'akc\\_%'").fetchall()
+    assert not left, f"the suite left its temporary logins: {left}"

@@ -151,13 +151,21 @@ def artifacts(request: pytest.FixtureRequest) -> Callable[[str, str], Path]:
 
 @pytest.fixture
 def connect(keel_dsn: str, request: pytest.FixtureRequest) -> Iterator[Connect]:
-    """Open extra connections (closed after the test): as the --dsn role, or with
-    owner=True as the owner; other keyword arguments go to psycopg.connect."""
+    """Open extra connections (closed after the test): as the --dsn role, with owner=True
+    as the owner, or with role="keel_worker" (say) as a member of that keel role (role_dsn);
+    other keyword arguments go to psycopg.connect."""
     opened: list[psycopg.Connection] = []
 
-    def _connect(*, owner: bool = False, **kwargs: Any) -> psycopg.Connection:
+    def _connect(
+        *, owner: bool = False, role: str | None = None, **kwargs: Any
+    ) -> psycopg.Connection:
         kwargs.setdefault("autocommit", True)
-        dsn = request.getfixturevalue("owner_dsn") if owner else keel_dsn
+        if owner:
+            dsn = request.getfixturevalue("owner_dsn")
+        elif role is not None:
+            dsn = request.getfixturevalue("role_dsn")(role)
+        else:
+            dsn = keel_dsn
         conn = suite_connect(dsn, application_name="agentkeel-conformance", **kwargs)
         opened.append(conn)
         return conn
@@ -173,11 +181,23 @@ def keel(connect: Connect) -> Keel:
     return Keel(connect())
 
 
+@pytest.fixture
+def app_keel(connect: Connect) -> Keel:
+    """The client as a member of keel_app: creates tenants and workflows, mints tokens."""
+    return Keel(connect(role="keel_app"))
+
+
+@pytest.fixture
+def worker_keel(connect: Connect) -> Keel:
+    """The client as a member of keel_worker: claims the next due task of any tenant."""
+    return Keel(connect(role="keel_worker"))
+
+
 @pytest.fixture(scope="session")
-def workflow(keel_dsn: str, owner_dsn: str) -> Iterator[Workflow]:
+def workflow(role_dsn: Callable[[str], str], owner_dsn: str) -> Iterator[Workflow]:
     """A workflow version private to this test session, removed at the end."""
     wf = Workflow(f"{WORKFLOW_PREFIX}{uuid.uuid4().hex[:12]}", 1)
-    with suite_connect(keel_dsn, autocommit=True) as conn:
+    with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
         Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, EDGES)
     yield wf
     with suite_connect(owner_dsn, autocommit=True) as conn:
@@ -185,13 +205,15 @@ def workflow(keel_dsn: str, owner_dsn: str) -> Iterator[Workflow]:
 
 
 @pytest.fixture
-def make_tenant(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[], uuid.UUID]]:
+def make_tenant(
+    role_dsn: Callable[[str], str], owner_dsn: str
+) -> Iterator[Callable[[], uuid.UUID]]:
     """Create fresh tenants; deleting them afterwards removes everything the test wrote."""
     made: list[uuid.UUID] = []
 
     def _make_tenant() -> uuid.UUID:
         tenant_id = uuid.uuid4()
-        with suite_connect(keel_dsn, autocommit=True) as conn:
+        with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
             Keel(conn).create_tenant(f"{TENANT_PREFIX}{tenant_id.hex[:12]}", tenant_id)
         made.append(tenant_id)
         return tenant_id
@@ -287,3 +309,33 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
 def throwaway_database(request: pytest.FixtureRequest) -> bool:
     """True on the embedded cluster: tests that change global state (keys, settings) may run."""
     return not (request.config.getoption("--keel-dsn") or os.environ.get("AGENTKEEL_DSN"))
+
+
+# The trusted keel roles whose functions the suite calls, and what only they may call.
+TRUSTED_ROLES = ("keel_app", "keel_worker")
+
+
+@pytest.fixture(scope="session")
+def role_dsn(keel_dsn: str, login_role: Callable[[str], LoginRole]) -> Callable[[str], str]:
+    """A DSN for a member of a trusted keel role (keel_app creates tenants and workflows and
+    mints tokens; keel_worker claims across tenants): the database under test's own role when
+    it is one (a member of keel_owner may call every function), else a temporary login in
+    that role (login_role), else the test is skipped with the reason login_role gives.
+
+    So an application-role --dsn runs the whole suite: what its role may not call is called
+    as a login that may, and a test is skipped only when no such login can be made."""
+    with suite_connect(keel_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select r, pg_catalog.pg_has_role(r, 'member') from unnest(%s::text[]) as r",
+            (["keel_owner", *TRUSTED_ROLES],),
+        ).fetchall()
+    member = {str(r): bool(m) for r, m in rows}
+
+    def _role_dsn(keel_role: str) -> str:
+        if keel_role not in TRUSTED_ROLES:
+            raise ValueError(f"role_dsn: {keel_role} is not one of {TRUSTED_ROLES}")
+        if member["keel_owner"] or member[keel_role]:
+            return keel_dsn
+        return login_role(keel_role).dsn
+
+    return _role_dsn

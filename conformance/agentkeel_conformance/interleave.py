@@ -224,15 +224,21 @@ class Runner:
     """Runs a spec's permutations against a database; fresh tenant and task per permutation."""
 
     def __init__(
-        self, dsn: str, workflow: str, options: str = "", owner_dsn: str | None = None
+        self,
+        dsn: str,
+        workflow: str,
+        options: str = "",
+        owner_dsn: str | None = None,
+        control_dsn: str | None = None,
     ) -> None:
-        self.dsn = dsn
+        self.dsn = dsn  # the sessions'
         self.workflow = workflow
         self.options = options
         self.owner_dsn = owner_dsn or dsn
+        self.control_dsn = control_dsn or dsn  # creates the tenant, runs setup, watches locks
 
-    def _connect(self) -> psycopg.Connection:
-        return suite_connect(self.dsn, autocommit=True, options=self.options)
+    def _connect(self, dsn: str | None = None) -> psycopg.Connection:
+        return suite_connect(dsn or self.dsn, autocommit=True, options=self.options)
 
     def run(self, spec: Spec) -> str:
         return "".join(self.run_permutation(spec, perm) for perm in spec.all_permutations())
@@ -246,7 +252,7 @@ class Runner:
             "workflow": self.workflow,
         }
         lines = [f"starting permutation: {' '.join(perm)}"]
-        control = self._connect()
+        control = self._connect(self.control_dsn)
         conns = {name: self._connect() for name in spec.sessions}
         waiting: list[_Running] = []
         try:

@@ -40,7 +40,7 @@ HOLDER = textwrap.dedent(
 
 @pytest.mark.guarantee("G5")
 def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
-    keel_dsn, keel, tenant, new_task, connect
+    keel_dsn, keel, worker_keel, tenant, new_task
 ):
     """No mutation: it attacks a killed process; assert_lease has no planted bug yet."""
     task = new_task()
@@ -58,7 +58,7 @@ def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
         if holder.poll() is None:
             holder.kill()
     time.sleep(0.6)
-    taken = keel.claim_next_task("survivor", timedelta(minutes=1), task.workflow)
+    taken = worker_keel.claim_next_task("survivor", timedelta(minutes=1), task.workflow)
     assert taken is not None and taken.task_id == task.task_id
     assert taken.fencing_token == token + 1
     with pytest.raises(LeaseLost):

@@ -80,10 +80,10 @@ def _populate(keel: Keel, tenant: uuid.UUID, workflow: Any, key: str) -> Side:
 
 
 @pytest.fixture
-def world(keel, make_tenant, workflow, login_role) -> World:
+def world(app_keel, make_tenant, workflow, login_role) -> World:
     agent, app = login_role("keel_agent"), login_role("keel_app")
-    a = _populate(keel, make_tenant(), workflow, "key-of-a")
-    b = _populate(keel, make_tenant(), workflow, "key-of-b")
+    a = _populate(app_keel, make_tenant(), workflow, "key-of-a")
+    b = _populate(app_keel, make_tenant(), workflow, "key-of-b")
     return World(a, b, agent.dsn, app.dsn)
 
 
@@ -402,9 +402,9 @@ def test_altered_or_forged_tokens_are_refused(world, agent, attack):
         )
 
 
-def test_an_expired_token_is_refused(world, keel, agent):
+def test_an_expired_token_is_refused(world, app_keel, agent):
     """No mutation: verify_tenant_token's expiry check has no planted bug yet."""
-    short = keel.mint_tenant_token(world.a.tenant, timedelta(seconds=1))
+    short = app_keel.mint_tenant_token(world.a.tenant, timedelta(seconds=1))
     assert agent(OWN_TASKS, (world.a.tenant,), token=short)
     time.sleep(2.1)
     with pytest.raises(psycopg.Error) as info:
@@ -412,7 +412,7 @@ def test_an_expired_token_is_refused(world, keel, agent):
     assert info.value.sqlstate == "42K07"
 
 
-def test_a_retired_key_verifies_nothing(world, keel, agent, connect, throwaway_database):
+def test_a_retired_key_verifies_nothing(world, app_keel, agent, connect, throwaway_database):
     """No mutation: key retirement in verify_tenant_token has no planted bug yet."""
     if not throwaway_database:
         pytest.skip("retiring signing keys would invalidate live tokens: embedded cluster only")
@@ -420,7 +420,7 @@ def test_a_retired_key_verifies_nothing(world, keel, agent, connect, throwaway_d
     with pytest.raises(psycopg.Error) as info:
         agent(OWN_TASKS, (world.a.tenant,), token=world.a.token)
     assert info.value.sqlstate == "42K07"
-    fresh = keel.mint_tenant_token(world.a.tenant)
+    fresh = app_keel.mint_tenant_token(world.a.tenant)
     assert {r[0] for r in agent(OWN_TASKS, (world.a.tenant,), token=fresh)} == {world.a.tenant}
 
 
@@ -616,9 +616,9 @@ def test_no_session_of_the_same_login_sees_the_token_in_pg_stat_activity(world, 
     assert not [query for query in seen if secret in query]
 
 
-def test_token_lifetimes_are_checked_as_timestamps(world, keel):
+def test_token_lifetimes_are_checked_as_timestamps(world, app_keel):
     """'1000 years -359999 days' compares as one day (the cap) but lasts 14 years.
     Mutation: interval_compared."""
     for ttl in ("1000 years -359999 days", "-1000 years 360001 days", "25 hours"):
-        with pytest.raises(InvalidArgument), keel.transaction(world.a.tenant) as conn:
+        with pytest.raises(InvalidArgument), app_keel.transaction(world.a.tenant) as conn:
             conn.execute("select keel.mint_tenant_token(%s, %s::interval)", (world.a.tenant, ttl))

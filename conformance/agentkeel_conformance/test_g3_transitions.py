@@ -40,7 +40,9 @@ def test_a_legal_transition_bumps_the_version_and_writes_one_event(keel, tenant,
     )
 
 
-def test_events_name_the_login_and_keep_the_callers_label_apart(keel, tenant, workflow, login_role):
+def test_events_name_the_login_and_keep_the_callers_label_apart(
+    keel, app_keel, tenant, workflow, login_role
+):
     """The actor is session_user, never the definer (keel_owner) nor what the caller says.
     Mutation: actor_from_caller."""
     agent, app = login_role("keel_agent"), login_role("keel_app")
@@ -48,7 +50,7 @@ def test_events_name_the_login_and_keep_the_callers_label_apart(keel, tenant, wo
         task = Keel(conn).create_task(
             tenant, workflow.name, workflow.version, actor="the-app-says-admin"
         )
-    token = keel.mint_tenant_token(tenant)
+    token = app_keel.mint_tenant_token(tenant)
     with suite_connect(agent.dsn, autocommit=True) as conn:
         Keel(conn, token).transition_task(tenant, task.task_id, 1, "running", actor="keel_owner")
     events = keel.task_events(tenant, task.task_id)
@@ -142,10 +144,10 @@ def test_two_transitions_from_one_version_have_one_winner(connect, tenant, new_t
     assert [e.seq for e in events] == [1, 2]
 
 
-def test_a_task_follows_the_workflow_version_it_was_created_with(keel, tenant, workflow):
+def test_a_task_follows_the_workflow_version_it_was_created_with(keel, app_keel, tenant, workflow):
     """No mutation: the pinned workflow version has no planted bug yet."""
     edges = [("queued", "running"), ("queued", "done"), ("running", "done")]
-    keel.define_workflow(workflow.name, 2, "queued", edges)
+    app_keel.define_workflow(workflow.name, 2, "queued", edges)
     old = keel.create_task(tenant, workflow.name, 1)
     new = keel.create_task(tenant, workflow.name, 2)
     with pytest.raises(IllegalTransition):
@@ -180,24 +182,24 @@ def test_malformed_outbox_messages_are_refused(keel, connect, tenant, new_task, 
         keel.transition_task(tenant, task.task_id, 1, "running", outbox=outbox)
 
 
-def test_a_task_created_in_a_terminal_state_is_never_due(keel, tenant, workflow):
+def test_a_task_created_in_a_terminal_state_is_never_due(keel, app_keel, tenant, workflow):
     """An initial state with no edge out is terminal (keel.workflow_states): the task is
     finished at birth, so no worker leases a task that could never move.
     Mutation: born_due."""
-    keel.define_workflow(workflow.name, 10, "noted", [])
+    app_keel.define_workflow(workflow.name, 10, "noted", [])
     task = keel.create_task(tenant, workflow.name, 10)
     assert (task.state, task.wake_at) == ("noted", None)
     with pytest.raises(TaskNotClaimable):
         keel.claim_lease(tenant, task.task_id, "w")
 
 
-def test_declared_terminal_states_are_stored_once(keel, connect, workflow):
+def test_declared_terminal_states_are_stored_once(app_keel, connect, workflow):
     """define_workflow stores which states are terminal; what transition_task, create_task
     and claim_lease read (born_due and the terminal-lease test cover those readers).
     No mutation: a catalog row read directly."""
     edges = [("queued", "running"), ("running", "queued"), ("running", "done")]
-    assert keel.define_workflow(workflow.name, 11, "queued", edges, terminal_states=["done"])
-    assert keel.define_workflow(workflow.name, 11, "queued", edges) is False  # identical
+    assert app_keel.define_workflow(workflow.name, 11, "queued", edges, terminal_states=["done"])
+    assert app_keel.define_workflow(workflow.name, 11, "queued", edges) is False  # identical
     rows = connect().execute(
         "select state, terminal from keel.workflow_states"
         " where workflow = %s and workflow_version = 11 order by state",
@@ -219,14 +221,16 @@ BAD_WORKFLOWS = {
 
 
 @pytest.mark.parametrize("problem", sorted(BAD_WORKFLOWS))
-def test_define_workflow_refuses_unreachable_and_dead_end_states(keel, connect, workflow, problem):
+def test_define_workflow_refuses_unreachable_and_dead_end_states(
+    app_keel, connect, workflow, problem
+):
     """A state no task can reach, or a non-terminal state no task can leave, is a broken
     workflow: refused before any task is pinned to it.
     Mutation: unreachable_states (the unreachable case; the others share its guard shape)."""
     initial, edges, terminal = BAD_WORKFLOWS[problem]
     version = 20 + sorted(BAD_WORKFLOWS).index(problem)
     with pytest.raises(InvalidArgument, match=problem):
-        keel.define_workflow(workflow.name, version, initial, edges, terminal_states=terminal)
+        app_keel.define_workflow(workflow.name, version, initial, edges, terminal_states=terminal)
     stored = connect().execute(
         "select count(*) from keel.workflows where workflow = %s and workflow_version = %s",
         (workflow.name, version),

@@ -20,7 +20,7 @@ LOCKED = 70
 
 
 def test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim(
-    keel, make_tenant, workflow, login_role, connect
+    keel, app_keel, worker_keel, make_tenant, workflow, login_role
 ):
     """An agent of tenant A holds row locks on more of its due tasks than a candidate
     window, in a transaction that never goes idle; A's tasks are due before B's. A worker
@@ -29,14 +29,14 @@ def test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim(
     a, b = make_tenant(), make_tenant()
     a_tasks = [keel.create_task(a, workflow.name, workflow.version) for _ in range(LOCKED)]
     b_task = keel.create_task(b, workflow.name, workflow.version)
-    token = keel.mint_tenant_token(a)
+    token = app_keel.mint_tenant_token(a)
     attacker = suite_connect(login_role("keel_agent").dsn, autocommit=True)
     try:
         attack = Keel(attacker, token)
         with attack.transaction(a):
             for task in a_tasks:  # each call locks the row until the transaction ends
                 attack.transition_task(a, task.task_id, 1, "running")
-            claimed = Keel(connect()).claim_next_task("fair-worker", workflow=workflow.name)
+            claimed = worker_keel.claim_next_task("fair-worker", workflow=workflow.name)
             assert claimed is not None, "every due task is locked? B's is not"
             assert (claimed.tenant_id, claimed.task_id) == (b, b_task.task_id)
             attacker.execute("select 1")  # the attack was live all along
@@ -55,7 +55,7 @@ def test_unlocked_due_tasks_of_the_same_tenant_behind_locked_ones_are_claimed(
             "select 1 from keel.tasks where tenant_id = %s and task_id = any(%s) for update",
             (tenant, [t.task_id for t in tasks[:LOCKED]]),
         )
-        claimed = Keel(connect()).claim_next_task("w", workflow=workflow.name)
+        claimed = Keel(connect(role="keel_worker")).claim_next_task("w", workflow=workflow.name)
         assert claimed is not None and claimed.task_id == tasks[LOCKED].task_id
 
 
@@ -116,7 +116,7 @@ ENDS_BEFORE_IT_STARTS = "-1000 years 360001 days"
 def test_lease_durations_are_checked_as_timestamps(keel, tenant, new_task, connect, call, lease):
     """Mutation: interval_compared."""
     task = new_task()
-    conn = connect()
+    conn = connect(role="keel_worker") if call == "claim_next_task" else connect()
     queries = {
         "claim_lease": ("select keel.claim_lease(%s, %s, 'w', %s::interval)", (task.task_id,)),
         "claim_next_task": ("select keel.claim_next_task('w', %s::interval)", ()),

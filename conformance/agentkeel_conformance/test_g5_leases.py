@@ -60,7 +60,7 @@ def test_a_stale_token_is_refused_after_a_takeover(keel, connect, tenant, new_ta
     task = new_task()
     a = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT)
     wait_past(SHORT)
-    b = Keel(connect()).claim_next_task("worker-b", workflow=task.workflow)
+    b = Keel(connect(role="keel_worker")).claim_next_task("worker-b", workflow=task.workflow)
     assert b is not None and b.task_id == task.task_id
     assert b.fencing_token == a.fencing_token + 1
     with pytest.raises(LeaseLost) as info:
@@ -122,7 +122,7 @@ def test_renewal_extends_and_release_makes_the_task_due_now(keel, tenant, new_ta
 def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
     """No mutation: claim_window fails it only if claims collide: timing, not certain."""
     tasks = {new_task().task_id for _ in range(30)}  # all due now
-    claimers = [Keel(connect()) for _ in range(4)]
+    claimers = [Keel(connect(role="keel_worker")) for _ in range(4)]
 
     def drain(client: Keel) -> list[tuple[Any, int]]:
         got = []
@@ -139,11 +139,11 @@ def test_two_claimers_never_get_the_same_task(connect, workflow, new_task):
     assert tasks <= set(claimed)
 
 
-def test_nothing_due_means_no_claim(keel, tenant, new_task):
+def test_nothing_due_means_no_claim(keel, worker_keel, tenant, new_task):
     """No mutation: claim_next_task's due filter has no planted bug yet."""
     task = new_task()
     keel.claim_lease(tenant, task.task_id, "a")
-    assert keel.claim_next_task("b", workflow=task.workflow) is None
+    assert worker_keel.claim_next_task("b", workflow=task.workflow) is None
 
 
 @pytest.mark.parametrize("lease", [timedelta(0), timedelta(seconds=-1), timedelta(days=8)])

@@ -17,11 +17,20 @@ SPECS = load_specs()
     "spec",
     [pytest.param(s, id=s.name, marks=[pytest.mark.guarantee(*s.guarantees)]) for s in SPECS],
 )
-def test_interleaving(spec, keel_dsn, owner_dsn, workflow, artifacts):
+def test_interleaving(spec, role_dsn, owner_dsn, workflow, artifacts):
     """Mutation: version_unchecked (transition_same_version.spec)."""
     expected = expected_output(spec)
     assert expected is not None, f"specs/expected/{spec.name}.out is missing"
-    actual = Runner(keel_dsn, workflow.name, CONNECTION_OPTIONS, owner_dsn).run(spec)
+    # Sessions claim across tenants (keel_worker); the control connection makes the
+    # permutation's tenant (keel_app).
+    runner = Runner(
+        role_dsn("keel_worker"),
+        workflow.name,
+        CONNECTION_OPTIONS,
+        owner_dsn,
+        control_dsn=role_dsn("keel_app"),
+    )
+    actual = runner.run(spec)
     if actual != expected:
         artifact = artifacts(f"interleaving-{spec.name}.out", actual)
         diff = "".join(

@@ -228,10 +228,10 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
     return TaskLifecycle
 
 
-def test_the_lifecycle_matches_the_model(keel_dsn, owner_dsn, workflow):
+def test_the_lifecycle_matches_the_model(role_dsn, owner_dsn, workflow):
     """No mutation: randomised model run: which planted bug it finds depends on the draw."""
     run_state_machine_as_test(
-        machine(keel_dsn, owner_dsn, workflow.name),
+        machine(role_dsn("keel_app"), owner_dsn, workflow.name),
         settings=settings(
             max_examples=30,
             stateful_step_count=25,

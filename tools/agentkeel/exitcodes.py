@@ -60,7 +60,7 @@ class ExitCode(enum.IntEnum):
     PERMISSION = (
         7,
         "connected, but the role lacks a privilege it needs (the suite's `--dsn` role must be a "
-        "member of keel_app or keel_owner)",
+        "member of keel_app, keel_worker or keel_owner)",
     )
     SCHEMA_MISSING = (
         8,

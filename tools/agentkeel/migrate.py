@@ -219,8 +219,14 @@ def read_history(conn: psycopg.Connection) -> dict[str, AppliedMigration]:
     exists = conn.execute("select to_regclass('keel.migration_history') is not null").fetchone()
     if not exists or not exists[0]:
         return {}
+    # The migrator (a member of keel_owner) reads the table; any other keel role reads it
+    # through keel.applied_migrations(), granted to them all.
+    readable = conn.execute(
+        "select pg_catalog.has_table_privilege('keel.migration_history', 'select')"
+    ).fetchone()
+    source = "keel.migration_history" if readable and readable[0] else "keel.applied_migrations()"
     rows = conn.execute(
-        "select name, kind, version, checksum, applied_at from keel.migration_history"
+        f"select name, kind, version, checksum, applied_at from {source}"
     ).fetchall()
     return {r[0]: AppliedMigration(r[0], r[1], r[2], r[3], r[4]) for r in rows}
 

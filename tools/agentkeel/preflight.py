@@ -9,8 +9,10 @@ from psycopg import conninfo
 
 from agentkeel.exitcodes import AgentkeelError, ExitCode
 
-# A trusted role the suite's --dsn may be: it calls the function API for its tenants.
-SUITE_ROLES = ("keel_app", "keel_owner")
+# A trusted role the suite's --dsn may be: it calls the function API for its tenants. What
+# that role may not call, the suite calls as a temporary login of the role that may (made
+# through --owner-dsn), or skips with the reason.
+SUITE_ROLES = ("keel_app", "keel_worker", "keel_owner")
 
 SCHEMA_HINT = "run `agentkeel migrate up --dsn ...` first, or pass --migrate"
 
@@ -89,7 +91,8 @@ def probe_suite_database(
         user, trusted = row
         if not trusted:
             raise AgentkeelError(
-                f"the {option} role {user!r} is not a member of {' or '.join(SUITE_ROLES)}: the "
+                f"the {option} role {user!r} is not a member of {', '.join(SUITE_ROLES[:-1])} or "
+                f"{SUITE_ROLES[-1]}: the "
                 "suite calls the function API as a trusted role (grant keel_app to it, or use "
                 "--read-only for the catalog checks only)",
                 ExitCode.PERMISSION,

@@ -5,6 +5,11 @@
 with shipped (kind, identity, grantee, privilege) as (
     values
     -- agentkeel:shipped (generated from a fresh install by `python -m agentkeel.shipped`)
+    ('function', 'keel.applied_migrations()', 'keel_agent', 'EXECUTE'),
+    ('function', 'keel.applied_migrations()', 'keel_app', 'EXECUTE'),
+    ('function', 'keel.applied_migrations()', 'keel_auditor', 'EXECUTE'),
+    ('function', 'keel.applied_migrations()', 'keel_relay', 'EXECUTE'),
+    ('function', 'keel.applied_migrations()', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.bind_tenant_context()', 'keel_agent', 'EXECUTE'),
     ('function', 'keel.bind_tenant_context()', 'keel_app', 'EXECUTE'),
     ('function', 'keel.bind_tenant_context()', 'keel_auditor', 'EXECUTE'),

@@ -5,6 +5,7 @@
 with shipped (kind, identity) as (
     values
     -- agentkeel:shipped (generated from a fresh install by `python -m agentkeel.shipped`)
+    ('function', 'keel.applied_migrations()'),
     ('function', 'keel.assert_lease(keel.tasks,bigint,timestamp with time zone)'),
     ('function', 'keel.bind_tenant_context()'),
     ('function', 'keel.check_lease_request(text,interval,timestamp with time zone)'),
