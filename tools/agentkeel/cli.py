@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 import click
 import psycopg
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from agentkeel import __version__
@@ -46,6 +47,7 @@ from agentkeel.preflight import connect as connect_dsn
 from agentkeel.sql_files import sql_root
 from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
 from agentkeel.target import database, embedded_database
+from agentkeel.workloads import SLICE_S, WORKLOAD_NAMES
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -405,7 +407,7 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
 # -- bench ------------------------------------------------------------------------
 
 
-@main.command(short_help="Measure what the tenant policy costs.")
+@main.command(short_help="Measure the guarded paths against plain SQL, and the policy cost.")
 @click.option(
     "--dsn",
     default=None,
@@ -413,22 +415,157 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     help="A database to measure on (it writes and removes tenants and roles there); only when "
     "named: $AGENTKEEL_DSN is ignored. Default: a throwaway embedded cluster.",
 )
-@click.option("--rows", default=50_000, show_default=True, help="Tasks per tenant (two tenants).")
-@click.option("--repeats", default=3, show_default=True, help="Runs per case; the best counts.")
-def bench(dsn: str | None, rows: int, repeats: int) -> None:
-    """Measure the cost of the tenant policy: per statement (index) and per row (scan)."""
-    from agentkeel.bench import run
-
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Choice([*WORKLOAD_NAMES, "policy"]),
+    help="What to measure (repeatable). Default: every workload except policy.",
+)
+@click.option(
+    "--workers",
+    default="8",
+    show_default=True,
+    metavar="N[,N...]",
+    help="Concurrent connections, one thread each; a list measures each count.",
+)
+@click.option("--duration", default=8.0, show_default=True, metavar="S", help="Seconds per run.")
+@click.option("--repeats", default=2, show_default=True, help="Runs per side; the median counts.")
+@click.option(
+    "--finished-rows",
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Finished rows present on both sides before each run (e.g. 1000000).",
+)
+@click.option(
+    "--sustained",
+    is_flag=True,
+    help="One long run per side (default 180 s) without vacuuming in between: decay shows "
+    "in the per-second slices.",
+)
+@click.option("--rows", default=50_000, show_default=True, help="policy: tasks per tenant.")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+def bench(
+    dsn: str | None,
+    workloads: tuple[str, ...],
+    workers: str,
+    duration: float,
+    repeats: int,
+    finished_rows: int,
+    sustained: bool,
+    rows: int,
+    as_json: bool,
+) -> None:
+    """Run each workload (claim + complete, transition with an event and an outbox row,
+    reserve) side by side with a plain-SQL floor doing the same writes with no function,
+    no row-level security and no fencing, alternating floor and keel runs. Reports ops/s,
+    p50/p99 latency, the ratio to the floor and throughput per second. `--workload policy`
+    measures what the tenant policy costs per statement and per row instead."""
+    counts = _worker_counts(workers)
+    chosen = list(workloads) or list(WORKLOAD_NAMES)
+    if sustained:
+        repeats = 1
+        if duration == 8.0:
+            duration = 180.0
     if dsn:
         check_dsn(dsn)
+    document: dict[str, Any] = {}
     with database(dsn) as target:
-        results = run(target, rows=rows, repeats=repeats)
+        if "policy" in chosen:
+            document["policy"] = _bench_policy(target, rows, repeats, as_json)
+            chosen.remove("policy")
+        if not chosen:
+            if as_json:
+                out.print_json(json.dumps(document))
+            return
+        from agentkeel.workloads import run as run_workloads
+        from agentkeel.workloads import summarize
+
+        total = len(chosen) * len(counts) * repeats * 2 * duration
+        with Progress(console=err, transient=True, disable=as_json) as bar:
+            task = bar.add_task("bench", total=total)
+
+            def tick(label: str, index: int, elapsed: float) -> None:
+                bar.update(task, description=label, completed=index * duration + elapsed)
+
+            runs = run_workloads(
+                target,
+                chosen,
+                counts,
+                duration,
+                repeats,
+                progress=tick,
+                finished_rows=finished_rows,
+                vacuum=not sustained,
+            )
+    if as_json:
+        document["runs"] = [r.as_dict() for r in runs]
+        document["summary"] = [
+            {
+                "workload": s.workload,
+                "workers": s.workers,
+                "floor_ops_per_s": round(s.floor.ops_per_s, 1),
+                "keel_ops_per_s": round(s.keel.ops_per_s, 1),
+                "ratio": round(s.ratio, 3),
+            }
+            for s in summarize(runs)
+        ]
+        out.print_json(json.dumps(document))
+        return
+    table = Table(
+        "workload",
+        "workers",
+        "floor ops/s",
+        "keel ops/s",
+        "ratio",
+        "floor p50/p99 ms",
+        "keel p50/p99 ms",
+        "keel ops/s first → last s",
+        title=f"agentkeel vs plain SQL, {duration:g} s runs, median of {repeats}",
+    )
+    for s in summarize(runs):
+        table.add_row(
+            s.workload,
+            str(s.workers),
+            f"{s.floor.ops_per_s:,.0f}",
+            f"{s.keel.ops_per_s:,.0f}",
+            f"{s.ratio:.2f}x",
+            f"{s.floor.percentile(0.5):.2f} / {s.floor.percentile(0.99):.2f}",
+            f"{s.keel.percentile(0.5):.2f} / {s.keel.percentile(0.99):.2f}",
+            f"{s.keel.slices[0] / SLICE_S:,.0f} → {s.keel.slices[-1] / SLICE_S:,.0f}",
+        )
+    out.print(table)
+
+
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(n < 1 or n > 256 for n in counts):
+        raise click.BadParameter("expected N or N,N,... with 1 <= N <= 256", param_hint="--workers")
+    return counts
+
+
+def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[dict[str, Any]]:
+    """Measure the policy cost; print its table unless as_json. Returns the figures."""
+    from agentkeel.bench import run
+
+    results = run(target, rows=rows, repeats=repeats)
+    figures = [
+        {"case": m.case, "best_ms": round(m.best_ms, 3), "us_per_row": round(m.us_per_row, 3)}
+        for m in results
+    ]
+    if as_json:
+        return figures
     table = Table(
         "case", "best ms", "µs per row scanned", title=f"count(*) of one tenant, 2 x {rows:,} tasks"
     )
     for m in results:
         table.add_row(m.case, f"{m.best_ms:.1f}", f"{m.us_per_row:.2f}")
     out.print(table)
+    return figures
 
 
 # -- bootstrap -------------------------------------------------------------------

@@ -1,0 +1,588 @@
+"""`agentkeel bench` workloads: the guarded paths against a plain-SQL floor doing the same
+writes with no function, no row-level security and no fencing.
+
+Each workload has two sides. The keel side runs as temporary login roles in keel_worker
+(claims) and keel_app, so row-level security, the definer functions, fencing, events and
+the payload checks all count; the floor side runs as the --dsn role on plain tables in a
+schema of its own (`agentkeel_bench_<id>`, dropped afterwards). Runs alternate floor and
+keel (floor first, then keel first, ...) so that noise on the machine hits both; every run
+starts from freshly loaded, vacuumed tables unless the run is sustained. Both sides use
+prepared statements (psycopg prepares a statement from its fifth execution) and one
+connection per worker thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import conninfo, sql
+
+Side = str  # "floor" | "keel"
+SLICE_S = 1.0  # throughput is reported per slice of this many seconds
+
+
+@dataclass
+class Run:
+    """One timed run of one side of a workload."""
+
+    workload: str
+    side: Side
+    workers: int
+    seconds: float
+    ops: int
+    latencies_ms: list[float] = field(repr=False)
+    slices: list[int]  # ops completed in each SLICE_S of the run
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies_ms:
+            return 0.0
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "side": self.side,
+            "workers": self.workers,
+            "seconds": round(self.seconds, 3),
+            "ops": self.ops,
+            "ops_per_s": round(self.ops_per_s, 1),
+            "p50_ms": round(self.percentile(0.50), 3),
+            "p99_ms": round(self.percentile(0.99), 3),
+            "slices": self.slices,
+        }
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A workload's figures at one worker count: the median run of each side."""
+
+    workload: str
+    workers: int
+    floor: Run
+    keel: Run
+
+    @property
+    def ratio(self) -> float:
+        return self.keel.ops_per_s / self.floor.ops_per_s if self.floor.ops_per_s else 0.0
+
+
+def summarize(runs: list[Run]) -> list[Summary]:
+    """The median run (by ops/s) of each side, per workload and worker count."""
+    keys = dict.fromkeys((r.workload, r.workers) for r in runs)
+    out = []
+    for workload, workers in keys:
+
+        def median(side: Side, workload: str = workload, workers: int = workers) -> Run:
+            mine = sorted(
+                (r for r in runs if (r.workload, r.workers, r.side) == (workload, workers, side)),
+                key=lambda r: r.ops_per_s,
+            )
+            return mine[(len(mine) - 1) // 2]
+
+        out.append(Summary(workload, workers, median("floor"), median("keel")))
+    return out
+
+
+# -- the bench's own world: roles, a tenant, a workflow, the floor's schema ------------
+
+
+@dataclass(frozen=True)
+class World:
+    dsn: str  # the --dsn role: owner of the floor schema, loads keel rows as the owner
+    worker_dsn: str  # a keel_worker login
+    app_dsn: str  # a keel_app login
+    tenant: uuid.UUID
+    workflow: str
+    floor: str  # the floor's schema
+
+
+@contextmanager
+def bench_world(dsn: str) -> Iterator[World]:
+    """Make the roles, tenant, workflow and floor schema; remove them all afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    worker, app = f"bench_worker_{tag}", f"bench_app_{tag}"
+    tenant, workflow, floor = uuid.uuid4(), f"bench-{tag}", f"agentkeel_bench_{tag}"
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        for role, group in ((worker, "keel_worker"), (app, "keel_app")):
+            owner.execute(
+                sql.SQL("create role {} login in role {}").format(
+                    sql.Identifier(role), sql.Identifier(group)
+                )
+            )
+    try:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            owner.execute(
+                "select keel.define_workflow(%s, 1, 'queued', %s::jsonb)",
+                (workflow, '[["queued", "done"], ["queued", "a"], ["a", "b"], ["b", "a"]]'),
+            )
+            with owner.transaction():
+                _context(owner, tenant)
+                owner.execute("select keel.create_tenant(%s, 'agentkeel-bench')", (tenant,))
+            owner.execute(sql.SQL(FLOOR_DDL).format(schema=sql.Identifier(floor)))
+        yield World(
+            dsn,
+            conninfo.make_conninfo(dsn, user=worker),
+            conninfo.make_conninfo(dsn, user=app),
+            tenant,
+            workflow,
+            floor,
+        )
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            owner.execute(sql.SQL("drop schema if exists {} cascade").format(sql.Identifier(floor)))
+            with owner.transaction():
+                _context(owner, tenant)
+                owner.execute("set local keel.purge = on")
+                owner.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
+            owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
+            for role in (worker, app):
+                owner.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
+
+
+def _context(conn: psycopg.Connection, tenant: uuid.UUID) -> None:
+    conn.execute(
+        "select set_config('keel.tenant_id', %s, true), keel.bind_tenant_context()",
+        (str(tenant),),
+    )
+
+
+# The floor: what a team writes without agentkeel. Same columns that matter, same indexes
+# (a partial claim index), no RLS, no functions, no fencing beyond a token compare.
+FLOOR_DDL = """
+create schema {schema};
+create table {schema}.jobs (
+    tenant_id uuid not null,
+    id uuid not null default gen_random_uuid(),
+    state text not null default 'queued',
+    version bigint not null default 1,
+    token bigint not null default 0,
+    lease_owner text,
+    lease_expires_at timestamptz,
+    wake_at timestamptz default now(),
+    updated_at timestamptz not null default now(),
+    primary key (tenant_id, id)
+);
+create index on {schema}.jobs (wake_at) where wake_at is not null;
+create table {schema}.events (
+    tenant_id uuid not null,
+    job_id uuid not null,
+    seq bigint not null,
+    to_state text not null,
+    payload jsonb not null default '{{}}',
+    created_at timestamptz not null default now(),
+    primary key (tenant_id, job_id, seq)
+);
+create table {schema}.outbox (
+    tenant_id uuid not null,
+    id uuid not null default gen_random_uuid(),
+    job_id uuid,
+    topic text not null,
+    payload jsonb not null,
+    created_at timestamptz not null default now(),
+    primary key (tenant_id, id)
+);
+create table {schema}.operations (
+    tenant_id uuid not null,
+    key text not null,
+    input_hash text not null,
+    state text not null default 'reserved',
+    created_at timestamptz not null default now(),
+    primary key (tenant_id, key)
+)
+"""
+
+
+# -- workloads -----------------------------------------------------------------------------
+
+# An operation: called in a loop by one worker thread on its own connection; returns how
+# many logical operations it completed (0 when there was nothing to do).
+Op = Callable[[psycopg.Connection], int]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    # (world, side, rows) -> load what a run needs; rows = operations it may perform
+    load: Callable[[World, Side, int], None]
+    # (world, side, worker index) -> the worker's operation
+    op: Callable[[World, Side, int], Op]
+    batch: int = 1  # logical operations per call
+
+
+def _load_jobs(world: World, side: Side, rows: int, state: str = "queued") -> None:
+    """rows due jobs (tasks), or finished ones (state done: off the claim index)."""
+    wake = "now()" if state != "done" else "null"
+    with psycopg.connect(world.dsn, autocommit=True) as owner:
+        if side == "floor":
+            owner.execute(
+                sql.SQL(
+                    "insert into {}.jobs (tenant_id, state, wake_at)"
+                    " select %s, %s, {} from generate_series(1, %s)"
+                ).format(sql.Identifier(world.floor), sql.SQL(wake)),
+                (world.tenant, state, rows),
+            )
+        else:
+            with owner.transaction():
+                _context(owner, world.tenant)
+                owner.execute(
+                    sql.SQL(
+                        "insert into keel.tasks"
+                        " (tenant_id, workflow, workflow_version, state, wake_at)"
+                        " select %s, %s, 1, %s, {} from generate_series(1, %s)"
+                    ).format(sql.SQL(wake)),
+                    (world.tenant, world.workflow, state, rows),
+                )
+
+
+def _clear(world: World, vacuum: bool = True) -> None:
+    """Empty both sides and (by default) vacuum, so that each run starts alike."""
+    with psycopg.connect(world.dsn, autocommit=True) as owner:
+        for table in ("jobs", "events", "outbox", "operations"):
+            owner.execute(
+                sql.SQL("truncate {}.{}").format(sql.Identifier(world.floor), sql.Identifier(table))
+            )
+        with owner.transaction():
+            _context(owner, world.tenant)
+            owner.execute("set local keel.purge = on")
+            owner.execute("delete from keel.outbox where tenant_id = %s", (world.tenant,))
+            owner.execute("delete from keel.operations where tenant_id = %s", (world.tenant,))
+            owner.execute("delete from keel.task_events where tenant_id = %s", (world.tenant,))
+            owner.execute("delete from keel.tasks where tenant_id = %s", (world.tenant,))
+        if not vacuum:
+            return
+        for table in ("keel.tasks", "keel.task_events", "keel.outbox", "keel.operations"):
+            owner.execute(sql.SQL("vacuum analyze {}").format(sql.SQL(table)))
+        owner.execute(sql.SQL("vacuum analyze {}.jobs").format(sql.Identifier(world.floor)))
+
+
+# claim + complete ---------------------------------------------------------------------------
+
+KEEL_CLAIM = (
+    "select tenant_id, task_id, state_version, fencing_token"
+    " from keel.claim_next_task(%s, '30 seconds', %s)"
+)
+KEEL_DONE = "select state from keel.transition_task(%s, %s, %s, 'done', p_fencing_token => %s)"
+FLOOR_CLAIM = """
+update {s}.jobs as j
+set token = j.token + 1, lease_owner = %s, lease_expires_at = now() + interval '30 seconds',
+    wake_at = now() + interval '30 seconds', updated_at = now()
+where (j.tenant_id, j.id) = (
+    select c.tenant_id, c.id from {s}.jobs as c
+    where c.wake_at <= now() and (c.lease_expires_at is null or c.lease_expires_at <= now())
+    order by c.wake_at limit 1 for update skip locked
+)
+returning j.tenant_id, j.id, j.version, j.token
+"""
+FLOOR_DONE = """
+update {s}.jobs set state = 'done', version = version + 1, lease_owner = null,
+    lease_expires_at = null, wake_at = null, updated_at = now()
+where tenant_id = %s and id = %s and token = %s and lease_expires_at > now()
+"""
+
+
+def _transaction_in(
+    conn: psycopg.Connection, tenant: uuid.UUID, query: str, params: tuple[Any, ...]
+) -> Any:
+    """The client's shape of a tenant call: one transaction, its context, the call."""
+    with conn.transaction():
+        _context(conn, tenant)
+        return conn.execute(query.encode(), params).fetchone()
+
+
+def _claim_complete_op(world: World, side: Side, index: int) -> Op:
+    owner = f"bench-w{index}"
+    if side == "floor":
+        claim = sql.SQL(FLOOR_CLAIM).format(s=sql.Identifier(world.floor))
+        done = sql.SQL(FLOOR_DONE).format(s=sql.Identifier(world.floor))
+
+        def floor_op(conn: psycopg.Connection) -> int:
+            row = conn.execute(claim, (owner,)).fetchone()
+            if row is None:
+                return 0
+            tenant, job, _, token = row
+            conn.execute(done, (tenant, job, token))
+            return 1
+
+        return floor_op
+
+    def keel_op(conn: psycopg.Connection) -> int:
+        row = conn.execute(KEEL_CLAIM.encode(), (owner, world.workflow)).fetchone()
+        if row is None:
+            return 0
+        tenant, task, version, token = row
+        _transaction_in(conn, tenant, KEEL_DONE, (tenant, task, version, token))
+        return 1
+
+    return keel_op
+
+
+# transition with one event and one outbox row -----------------------------------------------
+
+KEEL_MOVE = (
+    "select state_version from keel.transition_task(%s, %s, %s, %s,"
+    " p_payload => %s::jsonb, p_outbox => %s::jsonb)"
+)
+FLOOR_READ = "select version, state from {s}.jobs where tenant_id = %s and id = %s"
+FLOOR_MOVE = (
+    "update {s}.jobs set state = %s, version = version + 1, updated_at = now()"
+    " where tenant_id = %s and id = %s and version = %s"
+)
+FLOOR_EVENT = (
+    "insert into {s}.events (tenant_id, job_id, seq, to_state, payload)"
+    " values (%s, %s, %s, %s, %s::jsonb)"
+)
+FLOOR_OUTBOX = (
+    "insert into {s}.outbox (tenant_id, job_id, topic, payload) values (%s, %s, %s, %s::jsonb)"
+)
+PAYLOAD = '{"step": "bench"}'
+OUTBOX = '[{"topic": "bench.moved", "payload": {"step": "bench"}}]'
+
+
+def _own_job(world: World, side: Side, index: int) -> uuid.UUID:
+    """The index-th job of the side, each worker moving its own."""
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        if side == "floor":
+            query = sql.SQL(
+                "select id from {}.jobs where state <> 'done' order by id offset %s limit 1"
+            ).format(sql.Identifier(world.floor))
+            row = conn.execute(query, (index,)).fetchone()
+        else:
+            with conn.transaction():
+                _context(conn, world.tenant)
+                row = conn.execute(
+                    "select task_id from keel.tasks where tenant_id = %s and state <> 'done'"
+                    " order by task_id offset %s limit 1",
+                    (world.tenant, index),
+                ).fetchone()
+    assert row is not None
+    return uuid.UUID(str(row[0]))
+
+
+def _transition_op(world: World, side: Side, index: int) -> Op:
+    job = _own_job(world, side, index)
+    tenant = world.tenant
+    state = {"version": 1, "to": "a"}
+    if side == "floor":
+        s = sql.Identifier(world.floor)
+        read, move = sql.SQL(FLOOR_READ).format(s=s), sql.SQL(FLOOR_MOVE).format(s=s)
+        event, outbox = sql.SQL(FLOOR_EVENT).format(s=s), sql.SQL(FLOOR_OUTBOX).format(s=s)
+
+        def floor_op(conn: psycopg.Connection) -> int:
+            with conn.transaction():
+                row = conn.execute(read, (tenant, job)).fetchone()
+                assert row is not None
+                version = row[0]
+                to = "a" if row[1] != "a" else "b"
+                moved = conn.execute(move, (to, tenant, job, version))
+                assert moved.rowcount == 1
+                conn.execute(event, (tenant, job, version + 1, to, PAYLOAD))
+                conn.execute(outbox, (tenant, job, "bench.moved", PAYLOAD))
+            return 1
+
+        return floor_op
+
+    def keel_op(conn: psycopg.Connection) -> int:
+        to = state["to"]
+        row = _transaction_in(
+            conn, tenant, KEEL_MOVE, (tenant, job, state["version"], to, PAYLOAD, OUTBOX)
+        )
+        state["version"] = row[0]
+        state["to"] = "b" if to == "a" else "a"
+        return 1
+
+    return keel_op
+
+
+# reserve: half new keys, half replays of a key reserved before ----------------------------
+
+KEEL_RESERVE = "select outcome from keel.reserve_operation(%s, null, %s, 'bench', %s)"
+FLOOR_RESERVE = """
+with inserted as (
+    insert into {s}.operations (tenant_id, key, input_hash) values (%s, %s, %s)
+    on conflict (tenant_id, key) do nothing
+    returning input_hash
+)
+select coalesce(
+    (select 'reserved' from inserted),
+    (select case when o.input_hash = %s then 'replayed' else 'conflict' end
+     from {s}.operations as o where o.tenant_id = %s and o.key = %s)
+)
+"""
+
+
+def _reserve_op(world: World, side: Side, index: int) -> Op:
+    tenant, counter = world.tenant, [0]
+    floor_query = sql.SQL(FLOOR_RESERVE).format(s=sql.Identifier(world.floor))
+
+    def key() -> tuple[str, str]:
+        """Odd calls reserve a new key; even calls replay the key of the call before."""
+        counter[0] += 1
+        n = counter[0]
+        return f"w{index}-{n if n % 2 else n - 1}", f"hash-{index}"
+
+    def floor_op(conn: psycopg.Connection) -> int:
+        k, h = key()
+        conn.execute(floor_query, (tenant, k, h, h, tenant, k)).fetchone()
+        return 1
+
+    def keel_op(conn: psycopg.Connection) -> int:
+        k, h = key()
+        _transaction_in(conn, tenant, KEEL_RESERVE, (tenant, k, h))
+        return 1
+
+    return floor_op if side == "floor" else keel_op
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            "claim-complete",
+            "claim the oldest due task of any tenant, then a fenced completion",
+            lambda world, side, rows: _load_jobs(world, side, rows),
+            _claim_complete_op,
+        ),
+        Workload(
+            "transition",
+            "a version-checked transition writing one event and one outbox row",
+            lambda world, side, rows: _load_jobs(world, side, 64),
+            _transition_op,
+        ),
+        Workload(
+            "reserve",
+            "reserve an idempotency key: half new keys, half replays with the same input",
+            lambda world, side, rows: None,
+            _reserve_op,
+        ),
+    )
+}
+
+
+WORKLOAD_NAMES = tuple(WORKLOADS)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def _connection_dsn(world: World, workload: str, side: Side) -> str:
+    if side == "floor":
+        return world.dsn
+    return world.worker_dsn if workload == "claim-complete" else world.app_dsn
+
+
+def run_side(
+    world: World,
+    workload: Workload,
+    side: Side,
+    workers: int,
+    duration: float,
+    progress: Callable[[float], None] | None = None,
+) -> Run:
+    """Run one side with `workers` threads for `duration` seconds."""
+    dsn = _connection_dsn(world, workload.name, side)
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(workers)]
+    ops = [workload.op(world, side, i) for i in range(workers)]
+    done: list[list[tuple[float, float, int]]] = [[] for _ in range(workers)]
+    failures: list[BaseException] = []
+    start = threading.Barrier(workers + 1)
+    began = [0.0]
+
+    def work(i: int) -> None:
+        conn, op, mine = conns[i], ops[i], done[i]
+        start.wait()
+        deadline = began[0] + duration
+        try:
+            while (now := time.perf_counter()) < deadline:
+                n = op(conn)
+                end = time.perf_counter()
+                if n == 0:
+                    time.sleep(0.001)  # nothing due: the run has drained its rows
+                    continue
+                mine.append((end, (end - now) * 1000, n))
+        except BaseException as err:  # reported after the run, with every thread joined
+            failures.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(workers)]
+    for t in threads:
+        t.start()
+    began[0] = time.perf_counter()
+    start.wait()
+    while any(t.is_alive() for t in threads):
+        time.sleep(0.2)
+        if progress is not None:
+            progress(min(duration, time.perf_counter() - began[0]))
+    for t in threads:
+        t.join()
+    for conn in conns:
+        conn.close()
+    if failures:
+        raise failures[0]
+    events = sorted(e for mine in done for e in mine)
+    slices = [0] * max(1, int(duration / SLICE_S + 0.999))
+    for end, _, n in events:
+        slices[min(len(slices) - 1, int((end - began[0]) / SLICE_S))] += n
+    return Run(
+        workload.name,
+        side,
+        workers,
+        duration,
+        sum(n for _, _, n in events),
+        [latency for _, latency, _ in events],
+        slices,
+    )
+
+
+def rows_for(duration: float, workers: int) -> int:
+    """Rows a run may consume: more than this machine kind completes in the time."""
+    return int(max(5_000, 1_500 * workers * duration))
+
+
+def run(
+    dsn: str,
+    workloads: list[str],
+    workers: list[int],
+    duration: float,
+    repeats: int,
+    progress: Callable[[str, int, float], None] | None = None,
+    finished_rows: int = 0,
+    vacuum: bool = True,
+) -> list[Run]:
+    """Every workload at every worker count, `repeats` times each side, alternating.
+    finished_rows: finished tasks (jobs) loaded before each run; vacuum=False leaves the
+    tables as the previous run left them (sustained runs)."""
+    runs: list[Run] = []
+    with bench_world(dsn) as world:
+        for name in workloads:
+            workload = WORKLOADS[name]
+            for n in workers:
+                for repeat in range(repeats):
+                    order = ("floor", "keel") if repeat % 2 == 0 else ("keel", "floor")
+                    for side in order:
+                        _clear(world, vacuum)
+                        if finished_rows:
+                            _load_jobs(world, side, finished_rows, state="done")
+                        workload.load(world, side, rows_for(duration, n))
+                        label = f"{name} x{n} {side} {repeat + 1}/{repeats}"
+
+                        def tick(
+                            elapsed: float, label: str = label, index: int = len(runs)
+                        ) -> None:
+                            if progress is not None:
+                                progress(label, index, elapsed)
+
+                        runs.append(run_side(world, workload, side, n, duration, tick))
+        _clear(world, vacuum=False)
+    return runs
