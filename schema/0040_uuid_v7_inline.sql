@@ -2,7 +2,6 @@
 -- and each call saved and restored the setting (about 50 µs, once per outbox message,
 -- operation and task). A SQL-standard body binds every name when it is created, so the
 -- caller's search_path cannot redirect it, and the planner inlines it into the default.
--- (overlay, substring and extract are SQL syntax that always means pg_catalog's.)
 create or replace function keel.uuid_v7()
 returns uuid
 language sql
@@ -11,20 +10,24 @@ parallel safe
 return pg_catalog.encode(
     pg_catalog.set_bit(
         pg_catalog.set_bit(
-            overlay(
-                pg_catalog.uuid_send(pg_catalog.gen_random_uuid())
-                placing substring(
+            pg_catalog.overlay(
+                pg_catalog.uuid_send(pg_catalog.gen_random_uuid()),
+                pg_catalog.substr(
                     pg_catalog.int8send(
                         pg_catalog.floor(
-                            extract(epoch from pg_catalog.clock_timestamp()) * 1000
+                            pg_catalog.date_part('epoch', pg_catalog.clock_timestamp()) * 1000
                         )::bigint
-                    ) from 3
-                )
-                from 1 for 6
+                    ),
+                    3
+                ),
+                1,
+                6
             ),
-            52, 1
+            52,
+            1
         ),
-        53, 1
+        53,
+        1
     ),
     'hex'
 )::uuid;
