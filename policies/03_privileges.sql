@@ -68,6 +68,8 @@ keel.transition_task(
     uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz
 ),
 keel.reserve_operation(uuid, uuid, text, text, text, bigint, interval, text, text),
+keel.transition_tasks(uuid, jsonb),
+keel.reserve_operations(uuid, jsonb),
 keel.complete_operation(uuid, uuid, bigint, jsonb, text),
 keel.fail_operation(uuid, uuid, bigint, jsonb, boolean, text)
 to keel_app, keel_worker, keel_agent;

@@ -232,3 +232,38 @@ def test_retention_is_checked_as_a_timestamp(keel, tenant, retention):
             "select keel.reserve_operation(%s, null, 'k', 'a', 'h', p_retention => %s::interval)",
             (tenant, retention),
         )
+
+
+def test_a_batch_of_reservations_keeps_each_items_guarantees(keel, tenant, leased):
+    """keel.reserve_operations: a new key is reserved, its replay in the same batch is in
+    progress, the same key with other input is idempotency_conflict and changes nothing,
+    a stale fencing token is lease_lost; the other items are unaffected.
+    Mutation: hash_unchecked."""
+    task, token = leased
+    outcomes = keel.reserve_operations(
+        tenant,
+        [
+            {"idempotency_key": "batch-1", "action": "charge", "input_hash": digest("a"),
+             "task_id": task.task_id, "fencing_token": token},
+            {"idempotency_key": "batch-1", "action": "charge", "input_hash": digest("a"),
+             "task_id": task.task_id, "fencing_token": token},
+            {"idempotency_key": "batch-1", "action": "charge", "input_hash": digest("b"),
+             "task_id": task.task_id, "fencing_token": token},
+            {"idempotency_key": "batch-2", "action": "charge", "input_hash": digest("c"),
+             "task_id": task.task_id, "fencing_token": token - 1},
+            {"idempotency_key": "batch-3", "action": "refund", "input_hash": digest("d")},
+        ],
+    )  # fmt: skip
+    assert [o.refused.sqlstate if o.refused else o.reservation.outcome for o in outcomes] == [
+        "reserved",
+        "in_progress",
+        "23K01",
+        "55K03",
+        "reserved",
+    ]
+    first = outcomes[0].reservation
+    assert outcomes[1].reservation.operation_id == first.operation_id
+    stored = keel.get_operation(tenant, first.operation_id)
+    assert (stored.input_hash, stored.attempts) == (digest("a"), 1)  # the conflict changed nothing
+    replay = keel.reserve_operation(tenant, None, "batch-2", "charge", digest("c"))
+    assert replay.outcome == "reserved"  # the refused item left no row behind

@@ -10,7 +10,7 @@ import pytest
 from agentkeel.client import Keel
 from agentkeel.errors import IllegalTransition, InvalidArgument, StaleState, TaskNotClaimable
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import in_tenant, race
+from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G3")
 
@@ -236,3 +236,67 @@ def test_define_workflow_refuses_unreachable_and_dead_end_states(
         (workflow.name, version),
     )
     assert stored.fetchone() == (0,)
+
+
+def test_a_batch_keeps_each_items_guarantees_and_isolates_its_refusals(keel, tenant, new_task):
+    """keel.transition_tasks: a stale item, an illegal edge and a leased task moved without
+    its token are refused with the single call's SQLSTATE and write nothing; the items
+    around them move, each with exactly one event.
+    Mutation: version_unchecked."""
+    moved, stale, illegal, leased, after = (new_task() for _ in range(5))
+    keel.transition_task(tenant, stale.task_id, 1, "running")  # now at version 2
+    keel.claim_lease(tenant, leased.task_id, "holder")
+    history = {t.task_id: keel.task_events(tenant, t.task_id) for t in (stale, illegal, leased)}
+    outcomes = keel.transition_tasks(
+        tenant,
+        [
+            {"task_id": moved.task_id, "expected_version": 1, "to_state": "running",
+             "outbox": [{"topic": "batch.moved"}]},
+            {"task_id": stale.task_id, "expected_version": 1, "to_state": "done",
+             "outbox": [{"topic": "batch.stale"}]},
+            {"task_id": illegal.task_id, "expected_version": 1, "to_state": "done"},
+            {"task_id": leased.task_id, "expected_version": 1, "to_state": "running"},
+            {"task_id": after.task_id, "expected_version": 1, "to_state": "cancelled"},
+        ],
+    )  # fmt: skip
+    refused = {o.task_id: o.refused.sqlstate for o in outcomes if o.refused is not None}
+    assert refused == {
+        stale.task_id: "55K01",
+        illegal.task_id: "55K02",
+        leased.task_id: "55K03",
+    }
+    assert [(o.item, o.state, o.state_version) for o in outcomes if o.refused is None] == [
+        (1, "running", 2),
+        (5, "cancelled", 2),
+    ]
+    for task_id, events in history.items():  # a refused item wrote no event
+        assert keel.task_events(tenant, task_id) == events
+    assert keel.get_task(tenant, leased.task_id).state_version == 1
+    assert keel.task_events(tenant, moved.task_id)[-1].to_state == "running"
+    with keel.transaction(tenant) as conn:
+        topics = conn.execute(
+            "select topic from keel.outbox where tenant_id = %s", (tenant,)
+        ).fetchall()
+    assert topics == [("batch.moved",)]
+
+
+MALFORMED_BATCHES = {
+    "not_an_array": '{"task_id": "%(task)s", "expected_version": 1, "to_state": "running"}',
+    "bad_uuid": '[%(ok)s, {"task_id": "not-a-uuid", "expected_version": 1, "to_state": "running"}]',
+    "missing_member": '[%(ok)s, {"expected_version": 1, "to_state": "running"}]',
+    "null_member": '[%(ok)s, {"task_id": null, "expected_version": 1, "to_state": "running"}]',
+    "not_an_object": "[%(ok)s, 7]",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MALFORMED_BATCHES))
+def test_a_malformed_batch_is_refused_whole(keel, connect, tenant, new_task, shape):
+    """A batch whose items cannot all be read runs none of them, not even the good one.
+    No mutation: check_batch has no planted bug yet."""
+    task = new_task()
+    ok = f'{{"task_id": "{task.task_id}", "expected_version": 1, "to_state": "running"}}'
+    batch = MALFORMED_BATCHES[shape] % {"task": task.task_id, "ok": ok}
+    before = tenant_snapshot(connect(), tenant)
+    with pytest.raises(InvalidArgument), keel.transaction(tenant) as conn:
+        conn.execute("select * from keel.transition_tasks(%s, %s::jsonb)", (tenant, batch))
+    assert tenant_snapshot(connect(), tenant) == before

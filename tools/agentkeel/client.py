@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from agentkeel.errors import translate
+from agentkeel.errors import ERRORS, KeelError, translate
 
 T = TypeVar("T")
 Json = Any
@@ -114,6 +114,43 @@ class Operation:
     expires_at: datetime
 
 
+@dataclass(frozen=True)
+class BatchError:
+    """One batch item's refusal: the SQLSTATE and message the single call would have raised
+    (nothing was written for that item). error is the agentkeel.errors instance when the
+    SQLSTATE is one of agentkeel's."""
+
+    sqlstate: str
+    message: str
+
+    @property
+    def error(self) -> KeelError | None:
+        cls = ERRORS.get(self.sqlstate)
+        return cls(self.message) if cls is not None else None
+
+
+@dataclass(frozen=True)
+class TransitionOutcome:
+    """One item of keel.transition_tasks: the task's new state, or why not."""
+
+    item: int
+    task_id: uuid.UUID
+    state: str | None
+    state_version: int | None
+    fencing_token: int | None
+    refused: BatchError | None
+
+
+@dataclass(frozen=True)
+class ReserveOutcome:
+    """One item of keel.reserve_operations: what keel.reserve_operation answered, or why not."""
+
+    item: int
+    idempotency_key: str
+    reservation: Reservation | None
+    refused: BatchError | None
+
+
 def dataclass_row(cls: type[T]) -> Callable[[psycopg.Cursor[Any]], Callable[[Sequence[Any]], T]]:
     """A row factory building cls from the columns it declares (newer columns are ignored)."""
     wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
@@ -160,6 +197,15 @@ def set_tenant_token(conn: psycopg.Connection, token: str) -> None:
     conn.execute(
         "select set_config('keel.tenant_token', %s, true), keel.bind_tenant_context()", (token,)
     )
+
+
+def _adapt_json(value: Any) -> Any:
+    """A batch item's value as JSON: ids, times and intervals as text."""
+    if isinstance(value, uuid.UUID | datetime):
+        return str(value)
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds()} seconds"
+    return value
 
 
 def _adapt(value: Any) -> Any:
@@ -369,6 +415,27 @@ class Keel:
             },
         )
 
+    def transition_tasks(
+        self, tenant_id: uuid.UUID, items: Sequence[Mapping[str, Any]]
+    ) -> list[TransitionOutcome]:
+        """Many transitions of one tenant in one round trip (keel.transition_tasks). Each
+        item takes transition_task's arguments by name (task_id, expected_version, to_state,
+        fencing_token, payload, outbox, ...) and keeps every guarantee of the single call;
+        a refused item wrote nothing and says why, the others are unaffected."""
+        with self.transaction(tenant_id) as conn:
+            rows = conn.execute(
+                "select item, task_id, refused_sqlstate, refused_message, state, state_version,"
+                " fencing_token"
+                " from keel.transition_tasks(%s, %s)",
+                (tenant_id, Jsonb([{k: _adapt_json(v) for k, v in i.items()} for i in items])),
+            ).fetchall()
+        return [
+            TransitionOutcome(
+                r[0], r[1], r[4], r[5], r[6], BatchError(r[2], r[3]) if r[2] else None
+            )
+            for r in rows
+        ]
+
     # -- leases --------------------------------------------------------------
     def claim_lease(
         self, tenant_id: uuid.UUID, task_id: uuid.UUID, owner: str, lease: timedelta | None = None
@@ -448,6 +515,31 @@ class Keel:
             },
             {"retention": retention, "trace_id": trace_id, "span_id": span_id},
         )
+
+    def reserve_operations(
+        self, tenant_id: uuid.UUID, items: Sequence[Mapping[str, Any]]
+    ) -> list[ReserveOutcome]:
+        """Many reservations of one tenant in one round trip (keel.reserve_operations). Each
+        item takes reserve_operation's arguments by name (idempotency_key, action,
+        input_hash, task_id, fencing_token, ...) and keeps every guarantee of the single
+        call; a refused item (idempotency_conflict, lease_lost, ...) changed nothing."""
+        with self.transaction(tenant_id) as conn:
+            rows = conn.execute(
+                "select item, idempotency_key, refused_sqlstate, refused_message, outcome,"
+                " operation_id, state,"
+                " attempts, result, error, provider_reference, reserved_fencing_token"
+                " from keel.reserve_operations(%s, %s)",
+                (tenant_id, Jsonb([{k: _adapt_json(v) for k, v in i.items()} for i in items])),
+            ).fetchall()
+        return [
+            ReserveOutcome(
+                r[0],
+                r[1],
+                None if r[2] else Reservation(*r[4:12]),
+                BatchError(r[2], r[3]) if r[2] else None,
+            )
+            for r in rows
+        ]
 
     def complete_operation(
         self,
