@@ -44,8 +44,7 @@ begin
     end if;
 
     -- The claimed task's tenant becomes the transaction's context.
-    execute format('set local keel.tenant_id = %L', v_task.tenant_id);
-    perform keel.bind_tenant_context();
+    perform keel.set_tenant_context(v_task.tenant_id);
     return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
 end;
 $$;
