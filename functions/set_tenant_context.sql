@@ -15,13 +15,11 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    if p_verified is null then
-        raise exception using errcode = '22K01', message = 'tenant id is required';
-    end if;
-    execute format('set local keel.tenant_id = %L', p_verified);
+    -- null clears the context (the Citus claim, after a candidate it could not lock).
+    execute format('set local keel.tenant_id = %L', coalesce(p_verified::text, ''));
     perform keel.bind_tenant_context();
 end;
 $$;
 
 comment on function keel.set_tenant_context(uuid) is
-'Sets SET LOCAL keel.tenant_id to a tenant the caller has verified, and binds it to this transaction (keel.bind_tenant_context). Internal: called by keel.require_tenant and keel.claim_next_task, one executor level below the client''s statement so that Citus propagates it; EXECUTE is not granted to any application role.';
+'Sets SET LOCAL keel.tenant_id to a tenant the caller has verified (null clears it: no context), and binds it to this transaction (keel.bind_tenant_context). Internal: called by keel.require_tenant and keel.claim_next_task, one executor level below the client''s statement so that Citus propagates it; EXECUTE is not granted to any application role.';

@@ -4,11 +4,15 @@ that a new table or function cannot be forgotten. Unverified on a live Citus clu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 
 # Plain tables that stay on every node: read inside RLS policies (keys) or by the migrator.
 LOCAL_TABLES = ("keel.migration_history", "keel.tenant_token_keys")
+# Functions replaced on Citus by a variant shipped here (CITUS.md (b)): same signature.
+CITUS_DIR = Path(__file__).resolve().parent / "citus"
+CITUS_VARIANTS = sorted(CITUS_DIR.glob("*.sql"))
 # Roles that set the tenant context with SET LOCAL: it must reach the shard's node.
 CONTEXT_ROLES = ("keel_app", "keel_worker", "keel_agent", "keel_owner")
 

@@ -36,6 +36,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.require_tenant(uuid)'),
     ('function', 'keel.reserve_operation(uuid,uuid,text,text,text,bigint,interval,text,text)'),
     ('function', 'keel.rotate_tenant_token_key(boolean)'),
+    ('function', 'keel.set_claim_scan(boolean)'),
     ('function', 'keel.set_tenant_context(uuid)'),
     ('function', 'keel.task_history(uuid,uuid,bigint,integer)'),
     ('function', 'keel.tenant_tables()'),
