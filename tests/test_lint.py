@@ -471,6 +471,13 @@ def test_the_shipped_outbox_rows_are_single_row_inserts():
     assert "values (" in text[insert : text.index(";", insert)]
 
 
+def test_the_citus_variants_are_clean_beside_the_shipped_sql():
+    """The functions `agentkeel distribute` installs on Citus follow the same rules (their
+    one cross-tenant scan waived in the file, with its reason)."""
+    paths = [REPO / d for d in ("schema", "functions", "policies", "tools/agentkeel/citus")]
+    assert lint(paths, REPO, tools=False) == []
+
+
 def test_a_set_local_in_a_helper_that_functions_call_passes(tmp_path):
     """Rule 31: a SET LOCAL run inside a query of another function (PERFORM) is propagated
     by Citus in autocommit too, so a helper that other functions call is not flagged."""
