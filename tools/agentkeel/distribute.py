@@ -379,6 +379,8 @@ def script(layout: Layout) -> str:
         "-- Generated from the catalog; UNVERIFIED on a live Citus cluster. Run as a superuser",
         "-- on the coordinator, after `create extension citus` on every node and citus_add_node.",
         "-- Re-run after every `agentkeel migrate up`: it only does what is still missing.",
+        "-- Open: workers compare the context stamp with their own now(); see README,",
+        '-- "Worker-side tenant context", before running API calls on the cluster.',
     ]
     if not steps:
         out.append("-- Nothing to do: every table, function, setting and key is in place.")
