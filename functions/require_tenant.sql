@@ -27,7 +27,12 @@ begin
             message = 'the tenant argument is not the tenant of this transaction',
             hint = 'Pass the tenant id the context was set for.';
     end if;
-    perform keel.set_tenant_context(v_context);
+    -- Set only when the plain setting is not already the verified tenant (an agent's
+    -- first call in a transaction; anything planted there is overwritten). The stamp is
+    -- this transaction's already: keel.current_tenant() returned a tenant.
+    if pg_catalog.current_setting('keel.tenant_id', true) is distinct from v_context::text then
+        perform keel.set_tenant_context(v_context);
+    end if;
     return v_context;
 end;
 $$;
