@@ -1,13 +1,13 @@
 -- Leases with fencing (G5): claim the next due task of any tenant.
 -- agentkeel:allow citus.tenant_filter (the one cross-tenant claim, replaced on Citus)
--- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 1)
 -- The one cross-tenant claim, and its fairness: a single FOR UPDATE SKIP LOCKED over the
 -- due index, oldest wake_at first. A row another transaction has locked is skipped, never
 -- waited on and never allowed to hide the rows behind it, so the claim makes progress
 -- whenever any unlocked due task exists, whoever holds locks on how many rows. Wake times
 -- are clamped to [now, now + max_wake_delay] when stored (keel.check_wake_at), so no
 -- tenant can queue ahead of work that is already due. A distributed deployment replaces
--- this function (unlocked candidate scan, then a per-tenant SKIP LOCKED claim); callers
+-- this function (unlocked candidate scan, then a per-tenant SKIP LOCKED claim:
+-- tools/agentkeel/citus/claim_next_task.sql, installed by agentkeel distribute); callers
 -- do not change.
 create or replace function keel.claim_next_task(
     p_owner text,
@@ -29,7 +29,7 @@ begin
 
     -- Only this statement sees and locks rows of every tenant (policies tasks_claim_scan
     -- and tasks_claim_lock); the flag is off again before anything is written.
-    set local keel.scan_all_tenants = on;
+    perform keel.set_claim_scan(true);
     select t.* into v_task
     from keel.tasks as t
     where t.wake_at <= v_now
@@ -38,14 +38,13 @@ begin
     order by t.wake_at
     limit 1
     for update skip locked;
-    set local keel.scan_all_tenants = off;
+    perform keel.set_claim_scan(false);
     if v_task.task_id is null then
         return;  -- nothing due, or every due task is locked by someone else
     end if;
 
     -- The claimed task's tenant becomes the transaction's context.
-    execute format('set local keel.tenant_id = %L', v_task.tenant_id);
-    perform keel.bind_tenant_context();
+    perform keel.set_tenant_context(v_task.tenant_id);
     return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
 end;
 $$;

@@ -13,6 +13,7 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    perform keel.require_tenant(p_tenant_id);
     if p_result is null then
         raise exception using
             errcode = '22K01',

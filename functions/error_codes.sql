@@ -47,7 +47,9 @@ begin
         ('55K06', 'task_not_claimable',
          'The task is in a terminal state and cannot be leased.'),
         ('55K07', 'append_only_violation',
-         'Task events are append-only: UPDATE and DELETE are refused, except by the retention purge (G4).')
+         'Task events are append-only: UPDATE and DELETE are refused, except by the retention purge (G4).'),
+        ('55K20', 'settings_not_propagated',
+         'On Citus: a SET LOCAL the function relies on would not reach the worker nodes (citus.propagate_set_commands is not ''local'', or citus.function_opens_transaction_block is off), so it refuses instead of returning nothing. Set citus.propagate_set_commands = ''local'' for the database (agentkeel distribute does).')
     ) as c (sqlstate, name, description)
     order by c.sqlstate;
 end;

@@ -146,6 +146,12 @@ MUTATIONS = {
         "G1",
         "test_a_session_level_app_context_is_ignored_by_later_transactions",
     ),
+    "G1: verified_context, require_tenant no longer sets the verified tenant": (
+        "require_tenant.sql",
+        [(r"perform keel.set_tenant_context\(v_context\);", "", 1)],
+        "G1",
+        "test_after_a_call_the_transaction_carries_exactly_the_verified_tenant",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

@@ -6,6 +6,7 @@ import re
 
 import psycopg
 
+from agentkeel.distribute import CITUS_VARIANTS
 from agentkeel.errors import ERRORS, KeelError, LeaseLost, translate
 from conftest import REPO
 
@@ -15,7 +16,8 @@ STANDARD_CODES_WE_RAISE = {"40001"}  # serialization_failure: retry, not an agen
 
 def raised_codes() -> set[str]:
     codes: set[str] = set()
-    for path in (REPO / "functions").glob("*.sql"):
+    # functions/ and the Citus variants `agentkeel distribute` installs in their place
+    for path in [*(REPO / "functions").glob("*.sql"), *CITUS_VARIANTS]:
         codes |= set(RAISED.findall(path.read_text()))
     return codes
 

@@ -57,6 +57,7 @@ declare
     v_now timestamptz := now();
     v_thing keel.things;
 begin
+    perform keel.require_tenant(p_tenant_id);
     perform 1 from keel.things as t
     where t.tenant_id = p_tenant_id and t.thing_id = p_thing_id for update;
     update keel.things as t set note = v_now::text
@@ -279,6 +280,43 @@ FAILING = {
         "citus.set_local_autocommit",
         "keel.bad runs SET LOCAL itself",
     ),
+    "citus.set_local_autocommit: a SECURITY DEFINER entry point, even when called": (
+        "functions/bad.sql",
+        "create function keel.bad() returns void language plpgsql security definer"
+        " set search_path = pg_catalog, pg_temp as $$"
+        " begin set local keel.scan_all_tenants = on; end $$;"
+        " create function keel.caller() returns void language plpgsql as $$"
+        " begin perform keel.bad(); end $$;",
+        "citus.set_local_autocommit",
+        "keel.bad runs SET LOCAL itself",
+    ),
+    "citus.require_tenant: never called": (
+        "functions/bad.sql",
+        "create function keel.bad(p_tenant_id uuid, p_thing_id uuid) returns keel.things"
+        " language plpgsql security definer set search_path = pg_catalog, pg_temp as $$"
+        " declare v_thing keel.things; begin select t.* into v_thing from keel.things as t"
+        " where t.tenant_id = p_tenant_id and t.thing_id = p_thing_id; return v_thing; end $$;",
+        "citus.require_tenant",
+        "reaches keel objects before it calls keel.require_tenant(p_tenant_id)",
+    ),
+    "citus.require_tenant: called after another keel function": (
+        "functions/bad.sql",
+        "create function keel.bad(p_tenant_id uuid) returns keel.things"
+        " language plpgsql security definer set search_path = pg_catalog, pg_temp as $$"
+        "\ndeclare\n    v_thing keel.things;\nbegin\n"
+        "    v_thing := keel.touch_thing(p_tenant_id, null);\n"
+        "    perform keel.require_tenant(p_tenant_id);\n    return v_thing;\nend $$;",
+        "citus.require_tenant",
+        "reaches keel objects before it calls keel.require_tenant(p_tenant_id)",
+    ),
+    "citus.require_tenant: another tenant verified": (
+        "functions/bad.sql",
+        "create function keel.bad(p_tenant_id uuid, p_other uuid) returns uuid"
+        " language plpgsql security definer set search_path = pg_catalog, pg_temp as $$"
+        " begin return keel.require_tenant(p_other); end $$;",
+        "citus.require_tenant",
+        "keel.bad is SECURITY DEFINER, takes p_tenant_id",
+    ),
     "citus.row_lock": (
         "functions/bad.sql",
         "create function keel.bad(p_ids uuid[]) returns void language plpgsql as $$"
@@ -402,17 +440,11 @@ def test_a_crashing_tool_is_an_error_not_findings(tmp_path, monkeypatch, crashin
         lint([root / "schema", root / "functions"], root)
 
 
-# transition_task.sql writes its outbox rows with INSERT ... SELECT from
-# jsonb_array_elements (CITUS.md rule 28) until its rewrite to single-row inserts lands;
-# then this set is empty and the shipped SQL has no findings at all.
-KNOWN_SHIPPED = {("functions/transition_task.sql", "citus.insert_select")}
-
-
 def test_the_shipped_sql_is_clean():
     result = run_agentkeel("lint", "--format", "json")
     assert result.returncode in (0, 1), result.stdout + result.stderr
-    found = {(f["file"], f["rule"]) for f in json.loads(result.stdout)}
-    assert found <= KNOWN_SHIPPED, result.stdout
+    assert result.returncode == 0, result.stdout
+    assert json.loads(result.stdout) == []
 
 
 def test_an_insert_select_from_a_colocated_table_of_one_tenant_passes(tmp_path):
@@ -428,14 +460,34 @@ def test_an_insert_select_from_a_colocated_table_of_one_tenant_passes(tmp_path):
     assert static(tree(tmp_path, {"functions/copy_thing.sql": text})) == []
 
 
-def test_the_shipped_outbox_insert_is_flagged_until_its_rewrite():
+def test_the_shipped_outbox_rows_are_single_row_inserts():
+    """CITUS.md rule 28: transition_task writes each outbox message with its own
+    INSERT ... VALUES; an INSERT ... SELECT from jsonb_array_elements (what failed on the
+    cluster) would be flagged by citus.insert_select, as the fixture above shows."""
     findings = lint([REPO / "schema", REPO / "functions", REPO / "policies"], REPO, tools=False)
-    assert {(f.file, f.rule) for f in findings} <= KNOWN_SHIPPED
+    assert findings == []
     text = (REPO / "functions" / "transition_task.sql").read_text()
-    if "from jsonb_array_elements(p_outbox) with ordinality" in text:
-        outbox = [f for f in findings if f.rule == "citus.insert_select"]
-        assert [f.file for f in outbox] == ["functions/transition_task.sql"]
-        assert "insert into keel.outbox" in text.splitlines()[outbox[0].line - 1]
+    insert = text.index("insert into keel.outbox")
+    assert "values (" in text[insert : text.index(";", insert)]
+
+
+def test_the_citus_variants_are_clean_beside_the_shipped_sql():
+    """The functions `agentkeel distribute` installs on Citus follow the same rules (their
+    one cross-tenant scan waived in the file, with its reason)."""
+    paths = [REPO / d for d in ("schema", "functions", "policies", "tools/agentkeel/citus")]
+    assert lint(paths, REPO, tools=False) == []
+
+
+def test_a_set_local_in_a_helper_that_functions_call_passes(tmp_path):
+    """Rule 31: a SET LOCAL run inside a query of another function (PERFORM) is propagated
+    by Citus in autocommit too, so a helper that other functions call is not flagged."""
+    text = (
+        "create function keel.enter(p_verified uuid) returns void language plpgsql as $$"
+        " begin execute format('set local keel.tenant_id = %L', p_verified); end $$;"
+        " create function keel.use_it(p_tenant_id uuid) returns void language plpgsql as $$"
+        " begin perform keel.enter(p_tenant_id); end $$;"
+    )
+    assert static(tree(tmp_path, {"functions/enter.sql": text})) == []
 
 
 def test_the_acceptance_scenario_is_reported_with_file_and_line(tmp_path):

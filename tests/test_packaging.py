@@ -42,6 +42,9 @@ def test_the_wheel_carries_every_sql_file(wheel: Path):
             assert f"agentkeel/sql/{folder}/{path.name}" in names
     assert "agentkeel_conformance/plugin.py" in names
     assert "agentkeel_conformance/pytest.ini" in names
+    # The Citus variants `agentkeel distribute` installs, and the check queries.
+    for path in (REPO / "tools" / "agentkeel" / "citus").glob("*.sql"):
+        assert f"agentkeel/citus/{path.name}" in names
 
 
 def test_an_installed_wheel_migrates_and_runs_the_suite_outside_the_checkout(

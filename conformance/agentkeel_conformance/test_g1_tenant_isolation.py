@@ -209,6 +209,27 @@ def test_set_config_does_not_switch_the_agents_tenant(world, agent):
     assert info.value.sqlstate == "42K06"
 
 
+def test_after_a_call_the_transaction_carries_exactly_the_verified_tenant(world):
+    """A Citus worker trusts only the plain keel.tenant_id (its connections run as the
+    function owner): after an agent's call, the transaction carries as that setting the
+    tenant the token verified, bound to this transaction, whatever the agent planted
+    there first; and it gives the agent nothing more.
+    Mutation: verified_context."""
+    with suite_connect(world.agent_dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(str(world.b.tenant)))
+        set_tenant_token(conn, world.a.token)
+        conn.execute("select * from keel.list_tasks(%s)", (world.a.tenant,)).fetchall()
+        row = conn.execute(
+            "select current_setting('keel.tenant_id', true),"
+            " current_setting('keel.context_stamp', true) = keel.context_stamp(),"
+            " keel.current_tenant()"
+        ).fetchone()
+        assert row == (str(world.a.tenant), True, world.a.tenant)
+        with pytest.raises(psycopg.Error) as info, conn.transaction():
+            conn.execute("select * from keel.list_tasks(%s)", (world.b.tenant,))
+        assert info.value.sqlstate == "42K06"
+
+
 @pytest.mark.parametrize(
     "statement",
     [

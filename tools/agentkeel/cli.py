@@ -29,7 +29,9 @@ from agentkeel.bootstrap import Login
 from agentkeel.bootstrap import Plan as BootstrapPlan
 from agentkeel.bootstrap import apply as apply_bootstrap
 from agentkeel.check import SchemaMissing, failing_findings, run_checks, to_json, to_junit
-from agentkeel.distribute import citus_installed, read_layout, script, statements
+from agentkeel.distribute import apply as apply_distribution
+from agentkeel.distribute import citus_installed, read_layout, script
+from agentkeel.distribute import plan as plan_distribution
 from agentkeel.embedded import EmbeddedError, PostgresNotFound, find_bindir
 from agentkeel.exitcodes import AgentkeelError, ExitCode, lookup, markdown_table
 from agentkeel.lint import lint as run_lint
@@ -666,9 +668,9 @@ def distribute(dsn: str | None, apply_: bool) -> None:
     """Print (or run) the Citus distribution step for the current schema."""
     with connect_dsn(require_dsn(dsn)) as conn:
         require_schema(conn)
-        text = script(read_layout(conn))
+        layout = read_layout(conn)
         if not apply_:
-            click.echo(text, nl=False)
+            click.echo(script(layout), nl=False)
             return
         if not citus_installed(conn):
             fail(
@@ -676,9 +678,15 @@ def distribute(dsn: str | None, apply_: bool) -> None:
                 "on every node first (the script was not run)",
                 ExitCode.TOOL_MISSING,
             )
-        for stmt in statements(text):
-            out.print(stmt)
-            conn.execute(stmt.encode())
+        steps = plan_distribution(layout)
+        if not steps:
+            out.print("already distributed: nothing to do")
+            return
+        for stmt in apply_distribution(conn, steps):
+            out.print(stmt, markup=False)
+        for step in steps:
+            for note in step.notes:
+                out.print(f"note: {note}", markup=False)
     out.print("distributed")
 
 

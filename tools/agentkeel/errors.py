@@ -118,6 +118,11 @@ class AppendOnlyViolation(KeelError):
     name = "append_only_violation"
 
 
+class SettingsNotPropagated(KeelError):
+    sqlstate = "55K20"
+    name = "settings_not_propagated"
+
+
 ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}
 
 

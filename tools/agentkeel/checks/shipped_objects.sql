@@ -39,6 +39,8 @@ with shipped (kind, identity) as (
     ('function', 'keel.reserve_operation(uuid,uuid,text,text,text,bigint,interval,text,text)'),
     ('function', 'keel.reserve_operations(uuid,jsonb)'),
     ('function', 'keel.rotate_tenant_token_key(boolean)'),
+    ('function', 'keel.set_claim_scan(boolean)'),
+    ('function', 'keel.set_tenant_context(uuid)'),
     ('function', 'keel.task_history(uuid,uuid,bigint,integer)'),
     ('function', 'keel.tenant_tables()'),
     ('function', 'keel.tenant_token_signature(integer,text)'),

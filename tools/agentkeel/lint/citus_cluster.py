@@ -13,10 +13,18 @@
   that exist on the workers (created by a migration, so distributed or replicated).
   Whether every helper function is propagated to the workers is decided by
   tools/agentkeel/distribute.py from the catalog, not by the SQL files.
-- 31 `citus.set_local_autocommit`: a function that runs SET LOCAL itself (EXECUTE 'set
-  local ...') relies on a setting Citus propagates only inside a transaction block. It
-  must work in autocommit or refuse there; the files cannot show which, so each such
-  function carries a waiver that says how it copes.
+- 31 `citus.set_local_autocommit`: a SET LOCAL (or EXECUTE 'set local ...') run by the
+  statement a client sent is propagated by Citus only inside a transaction block; run one
+  executor level down, inside a query of another function (PERFORM keel.helper()), it is
+  propagated in autocommit too (Citus treats a function call as a multi-statement
+  transaction there). So a SET LOCAL is flagged in a SECURITY DEFINER function (an entry
+  point) and in any function no linted function calls; a helper called by other functions
+  passes. A flagged function must work in autocommit or refuse there, and says how in a
+  waiver.
+- 14 (worker side) `citus.require_tenant`: every SECURITY DEFINER function that takes
+  p_tenant_id calls keel.require_tenant(p_tenant_id) before it reads or writes a table or
+  calls another keel function. require_tenant verifies the caller's context and sets the
+  verified tenant as SET LOCAL keel.tenant_id, the only context a worker trusts.
 """
 
 from __future__ import annotations
@@ -45,17 +53,36 @@ WRITES = ("InsertStmt", "UpdateStmt", "DeleteStmt")
 
 def check_cluster(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Finding]:
     tenant_names = {t.name for t in known.values() if t.tenant}
+    bodies = [(f, body) for f in files for body in functions(f)]
+    called = {name for _, body in bodies for name in _calls(body)}
     for f in files:
         for stmt, line in f.statements:  # migrations' own statements (rule 28)
             if kind(stmt) != "CreateFunctionStmt":
                 yield from _insert_select(f, BodyStatement("sql", "", line, stmt), set(), known)
-        for body in functions(f):
-            for statement in body.statements:
-                yield from _insert_select(f, statement, body.variables, known)
-            yield from _definer_result(f, body, tenant_names)
-            if f.name.startswith("functions/"):
-                yield from _delegation(f, body, known)
-            yield from _set_local(f, body)
+    for f, body in bodies:
+        for statement in body.statements:
+            yield from _insert_select(f, statement, body.variables, known)
+        yield from _definer_result(f, body, tenant_names)
+        if f.name.startswith("functions/"):
+            yield from _delegation(f, body, known)
+        yield from _set_local(f, body, called)
+        yield from _require_tenant(f, body)
+
+
+def _function_calls(node: Any) -> Iterator[str]:
+    for n in walk(node):
+        if kind(n) == "FuncCall":
+            yield ".".join(getattr(part, "sval", "") for part in n.funcname or ())
+
+
+def _calls(body: FunctionBody) -> set[str]:
+    """The keel functions a body calls (the regex fallback: every keel.name( it mentions)."""
+    found: set[str] = set()
+    for statement in body.statements:
+        if statement.node is None:
+            found.update(m.lower() for m in re.findall(r"\bkeel\.\w+(?=\s*\()", statement.sql))
+        found.update(n for n in _function_calls(statement.node) if n.startswith("keel."))
+    return found
 
 
 def _is_variable(node: Any, variables: set[str]) -> bool:
@@ -221,9 +248,11 @@ def _delegation(f: SqlFile, body: FunctionBody, known: dict[str, Table]) -> Iter
             )
 
 
-def _set_local(f: SqlFile, body: FunctionBody) -> Iterator[Finding]:
+def _set_local(f: SqlFile, body: FunctionBody, called: set[str]) -> Iterator[Finding]:
     if "citus.set_local_autocommit" in f.allowed:
         return
+    if not body.security_definer and body.name in called:
+        return  # a helper: it runs inside its caller's query, where Citus propagates
     for statement in body.statements:
         node = statement.node
         local = kind(node) == "VariableSetStmt" and bool(node.is_local)
@@ -240,7 +269,58 @@ def _set_local(f: SqlFile, body: FunctionBody) -> Iterator[Finding]:
                 f"{body.name} runs SET LOCAL itself: Citus propagates it only inside a "
                 "transaction block, so in autocommit the function must work without it or "
                 "refuse, never return an empty result",
-                "refuse outside a transaction block, or say how it copes in "
+                "call a helper that sets it (PERFORM keel.require_tenant(p_tenant_id) sets the "
+                "tenant context), refuse outside a transaction block, or say how it copes in "
                 "`-- agentkeel:allow citus.set_local_autocommit (why)`",
             )
             return
+
+
+REQUIRE_TENANT = "keel.require_tenant"
+
+
+def _require_tenant(f: SqlFile, body: FunctionBody) -> Iterator[Finding]:
+    if not body.security_definer or "citus.require_tenant" in f.allowed:
+        return
+    if DELEGATION_ARGUMENT not in dict(body.parameters):
+        return
+    for statement in body.statements:
+        node = statement.node
+        if node is None:
+            text = statement.sql.lower()
+            if re.search(rf"\b{re.escape(REQUIRE_TENANT)}\s*\(\s*{DELEGATION_ARGUMENT}\b", text):
+                return
+            early = bool(re.search(r"\bkeel\.\w+", text))
+        else:
+            for call in walk(node):
+                if (
+                    kind(call) == "FuncCall"
+                    and ".".join(getattr(p, "sval", "") for p in call.funcname or ())
+                    == REQUIRE_TENANT
+                    and any(
+                        kind(a) == "ColumnRef"
+                        and [getattr(x, "sval", None) for x in a.fields] == [DELEGATION_ARGUMENT]
+                        for a in call.args or ()
+                    )
+                ):
+                    return
+            early = bool(relations(node)) or any(
+                name.startswith("keel.") for name in _function_calls(node)
+            )
+        if early:
+            yield _require_tenant_finding(f, statement.line, body.name, "before it")
+            return
+    yield _require_tenant_finding(f, body.line, body.name, "without")
+
+
+def _require_tenant_finding(f: SqlFile, line: int, name: str, where: str) -> Finding:
+    said = "reaches keel objects before it calls" if where == "before it" else "never calls"
+    return Finding(
+        f.name,
+        line,
+        "citus.require_tenant",
+        f"{name} is SECURITY DEFINER, takes {DELEGATION_ARGUMENT} and {said} "
+        f"{REQUIRE_TENANT}({DELEGATION_ARGUMENT}): the caller's context is not verified first, "
+        "and a worker node never sees the verified tenant",
+        f"begin the body with PERFORM {REQUIRE_TENANT}({DELEGATION_ARGUMENT})",
+    )

@@ -1,0 +1,102 @@
+-- Leases with fencing (G5), on Citus: claim the next due task of any tenant.
+-- agentkeel:allow citus.tenant_filter (the candidate scan reads every tenant, without a lock)
+-- Installed by `agentkeel distribute` in place of functions/claim_next_task.sql, whose
+-- single FOR UPDATE SKIP LOCKED over every tenant is a multi-shard row lock, which Citus
+-- refuses (CITUS.md (b) 1, option 1). Callers do not change: same name, arguments, result.
+--   1. An unlocked candidate scan over every tenant, oldest wake_at first, a batch at a
+--      time (keyset pagination): a multi-shard SELECT without row locks.
+--   2. For each candidate, a claim in its tenant: FOR UPDATE SKIP LOCKED filtered by that
+--      one tenant_id (a router query), rechecking that the task is still due and unleased.
+-- A candidate someone else has locked or claimed meanwhile is skipped, never waited on;
+-- the next batch is scanned until one is claimed or none is left, so a tenant holding
+-- locks on any number of its due rows cannot keep the claim from another tenant's task.
+-- The scan flag and the tenant context are set by helpers called with PERFORM, one
+-- executor level below the client's statement, where Citus propagates SET LOCAL in
+-- autocommit too; when the settings say they would not be propagated at all, the claim
+-- refuses (settings_not_propagated, 55K20) instead of silently finding nothing.
+create or replace function keel.claim_next_task(
+    p_owner text,
+    p_lease interval default '30 seconds',
+    p_workflow text default null
+)
+returns setof keel.tasks
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_batch constant integer := 32;
+    v_now timestamptz := clock_timestamp();
+    v_expires timestamptz;
+    v_tenants uuid[];
+    v_tasks uuid[];
+    v_wakes timestamptz[];
+    v_after_wake timestamptz := '-infinity';
+    v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
+    v_after_task uuid := '00000000-0000-0000-0000-000000000000';
+    v_tenant uuid;
+    v_task keel.tasks;
+begin
+    v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
+    if coalesce(current_setting('citus.propagate_set_commands', true), 'none') <> 'local'
+        or coalesce(current_setting('citus.function_opens_transaction_block', true), 'on')
+        <> 'on' then
+        raise exception using
+            errcode = '55K20',
+            message = 'the claim''s SET LOCAL settings would not reach the worker nodes',
+            detail = format(
+                'citus.propagate_set_commands is %s, citus.function_opens_transaction_block is %s.',
+                coalesce(current_setting('citus.propagate_set_commands', true), 'unset'),
+                coalesce(current_setting('citus.function_opens_transaction_block', true), 'unset')
+            ),
+            hint = 'ALTER DATABASE ... SET citus.propagate_set_commands = ''local'' (agentkeel distribute does), and leave citus.function_opens_transaction_block on.';
+    end if;
+
+    loop
+        perform keel.set_claim_scan(true);
+        select
+            array_agg(c.tenant_id order by c.wake_at, c.tenant_id, c.task_id),
+            array_agg(c.task_id order by c.wake_at, c.tenant_id, c.task_id),
+            array_agg(c.wake_at order by c.wake_at, c.tenant_id, c.task_id)
+        into v_tenants, v_tasks, v_wakes
+        from (
+            select t.tenant_id, t.task_id, t.wake_at
+            from keel.tasks as t
+            where t.wake_at <= v_now
+                and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
+                and (p_workflow is null or t.workflow = p_workflow)
+                and (t.wake_at, t.tenant_id, t.task_id) > (v_after_wake, v_after_tenant, v_after_task)
+            order by t.wake_at, t.tenant_id, t.task_id
+            limit v_batch
+        ) as c;
+        perform keel.set_claim_scan(false);
+        exit when v_tenants is null;
+
+        for i in 1 .. array_length(v_tenants, 1) loop
+            v_tenant := v_tenants[i];
+            perform keel.set_tenant_context(v_tenant);
+            select t.* into v_task
+            from keel.tasks as t
+            where t.tenant_id = v_tenant
+                and t.task_id = v_tasks[i]
+                and t.wake_at <= v_now
+                and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
+            for update skip locked;
+            if found then
+                return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
+                return;
+            end if;
+        end loop;
+
+        exit when array_length(v_tenants, 1) < v_batch;
+        v_after_wake := v_wakes[v_batch];
+        v_after_tenant := v_tenants[v_batch];
+        v_after_task := v_tasks[v_batch];
+    end loop;
+    perform keel.set_tenant_context(null);  -- nothing claimed: no candidate's context stays
+end;
+$$;
+
+comment on function keel.claim_next_task(text, interval, text) is
+'Citus variant (installed by agentkeel distribute): leases the task of any tenant that has been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant and then a FOR UPDATE SKIP LOCKED claim within each candidate''s tenant. Rows locked by other transactions are skipped, so it returns a task whenever any unlocked due task exists. Sets the claimed task''s tenant as the transaction''s context. Returns no row when nothing claimable is due; refuses with settings_not_propagated (55K20) when its SET LOCAL settings would not reach the workers.';
