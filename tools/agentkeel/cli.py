@@ -431,6 +431,160 @@ def bench(dsn: str | None, rows: int, repeats: int) -> None:
     out.print(table)
 
 
+# -- relay -----------------------------------------------------------------------
+
+
+@main.group(
+    invoke_without_command=True,
+    short_help="Deliver the outbox to NATS JetStream, HTTP, a file or stdout.",
+)
+@dsn_option
+@click.option(
+    "--sink",
+    metavar="URL",
+    default=None,
+    help="nats://host:port/subject.prefix, http(s)://..., file:PATH, or - (stdout). Required.",
+)
+@click.option(
+    "--batch",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Messages per claim.",
+)
+@click.option(
+    "--concurrency",
+    default=16,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Publishes in flight at once within a batch.",
+)
+@click.option(
+    "--lease",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.001),
+    help="Seconds a claim lasts; keep it longer than a batch takes to publish.",
+)
+@click.option(
+    "--poll-interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.01),
+    help="Seconds between claims when no NOTIFY arrives.",
+)
+@click.option(
+    "--timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.01),
+    help="Seconds a publish (NATS, HTTP) may take before it counts as failed.",
+)
+@click.option("--once", is_flag=True, help="Deliver what is due, then exit 0.")
+@click.option("--no-listen", is_flag=True, help="Poll only (no LISTEN keel_outbox).")
+@click.option(
+    "--topic-prefix",
+    default=None,
+    metavar="PREFIX",
+    help="Deliver only topics starting with PREFIX.",
+)
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="This relay's name in keel.outbox.claimed_by (default host:pid).",
+)
+@click.option(
+    "--no-prepare",
+    is_flag=True,
+    help="No prepared statements (PgBouncer in transaction mode before 1.21).",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@click.pass_context
+def relay(
+    ctx: click.Context,
+    dsn: str | None,
+    sink: str | None,
+    batch: int,
+    concurrency: int,
+    lease: float,
+    poll_interval: float,
+    timeout: float,
+    once: bool,
+    no_listen: bool,
+    topic_prefix: str | None,
+    name: str | None,
+    no_prepare: bool,
+    log_level: str,
+) -> None:
+    """Deliver outbox messages at least once: claim a batch (lease + fencing token), publish
+    it, ack each message only after the sink confirmed it. SIGTERM / Ctrl-C finish the
+    publishes in flight, ack them, release the other claims and exit 0. Logs are JSON lines
+    on stderr. `agentkeel relay status` shows the outbox per topic. Guide: docs/relay.md."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import asyncio
+    from datetime import timedelta
+
+    from agentkeel.relay import Config, Failpoints, parse_sink, run
+    from agentkeel.relay.logs import configure
+
+    if not sink:
+        fail(
+            "`agentkeel relay` needs --sink URL (nats://, http(s)://, file:PATH or -)",
+            ExitCode.USAGE,
+        )
+    target = parse_sink(sink, timeout=timeout)
+    failpoints = Failpoints()
+    config = Config(
+        dsn=require_dsn(dsn),
+        batch=batch,
+        concurrency=concurrency,
+        lease=timedelta(seconds=lease),
+        poll_interval=poll_interval,
+        once=once,
+        listen=not no_listen,
+        topic_prefix=topic_prefix,
+        prepare=not no_prepare,
+    )
+    if name:
+        config.name = name
+    configure(log_level)
+    asyncio.run(run(config, target, failpoints))
+
+
+@relay.command("status")
+@dsn_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per topic).")
+def relay_status(dsn: str | None, as_json: bool) -> None:
+    """Pending, in flight, dead and the oldest pending age, per topic."""
+    from agentkeel.relay.status import age_text, read_status
+
+    with connect_dsn(require_dsn(dsn)) as conn:
+        require_schema(conn)
+        topics = read_status(conn)
+    if as_json:
+        click.echo(json.dumps({"topics": [t.as_json() for t in topics]}, indent=2))
+        return
+    table = Table("topic", "pending", "in flight", "dead", "oldest pending", title="outbox")
+    for t in topics:
+        table.add_row(
+            t.topic,
+            str(t.pending),
+            str(t.in_flight),
+            f"[bold red]{t.dead}[/]" if t.dead else "0",
+            age_text(t.oldest_pending_age),
+        )
+    out.print(table)
+    if not topics:
+        out.print("the outbox is empty")
+
+
 # -- bootstrap -------------------------------------------------------------------
 
 
