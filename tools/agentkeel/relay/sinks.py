@@ -276,6 +276,17 @@ class NatsSink(Sink):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.nc.close(), timeout=self.timeout)
 
+    async def publish_batch(
+        self, messages: Sequence[Message], concurrency: int, stopping: Callable[[], bool]
+    ) -> list[Outcome]:
+        """Connect once for the batch: with the broker down, every message is retried
+        after one connection attempt, not one each."""
+        try:
+            await self._connected()
+        except Exception as error:
+            return [Outcome("retry", f"nats: {_describe(error)}")] * len(messages)
+        return await super().publish_batch(messages, concurrency, stopping)
+
     async def publish(self, message: Message) -> Outcome:
         subject = subject_for(self.prefix, message.topic)
         if subject is None:
