@@ -87,6 +87,20 @@ def nats_answers(url: str) -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
+@contextmanager
+def any_nats(store: Path) -> Iterator[str]:
+    """The machine's NATS on 127.0.0.1:4222 when it answers (CI starts it), else a server
+    of our own for the block."""
+    if nats_answers(SHARED_NATS):
+        yield SHARED_NATS
+        return
+    server = NatsServer(store).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
 async def _js(url: str, action: Callable[[Any], Any]) -> Any:
     import nats
 
@@ -163,7 +177,7 @@ def http_receiver(delay: float = 0.0) -> Iterator[Receiver]:
                 receiver.requests.append((dict(self.headers.items()), body))
             asked = (body.get("payload") or {}).get("status", 200)
             if asked == "hang" or receiver.delay:
-                time.sleep(receiver.delay or 3)
+                time.sleep(receiver.delay or 4)
                 asked = 200
             self.send_response(int(asked))
             self.send_header("Content-Length", "0")

@@ -62,7 +62,7 @@ def test_statuses_decide_ack_dead_or_retry(migrated_db):
                     lease=timedelta(seconds=30),
                     concurrency=8,
                 ),
-                parse_sink(receiver.url, timeout=0.5),
+                parse_sink(receiver.url, timeout=2.0),
             )
         )
     assert (stats.acked, stats.dead, stats.retried) == (4, 4, 6)

@@ -13,10 +13,9 @@ import psycopg
 import pytest
 
 from relay_services import (
-    SHARED_NATS,
     NatsServer,
     Outbox,
-    nats_answers,
+    any_nats,
     nats_binary,
     run_relay,
     start_relay,
@@ -28,14 +27,8 @@ from relay_services import (
 @pytest.fixture
 def nats_url(tmp_path):
     """The machine's NATS when it answers (CI starts it), else one of our own."""
-    if nats_answers(SHARED_NATS):
-        yield SHARED_NATS
-        return
-    server = NatsServer(tmp_path / "nats").start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    with any_nats(tmp_path / "nats") as url:
+        yield url
 
 
 def test_every_message_is_published_once_with_its_id(migrated_db, nats_url):
