@@ -415,12 +415,58 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
 )
 @click.option("--rows", default=50_000, show_default=True, help="Tasks per tenant (two tenants).")
 @click.option("--repeats", default=3, show_default=True, help="Runs per case; the best counts.")
-def bench(dsn: str | None, rows: int, repeats: int) -> None:
-    """Measure the cost of the tenant policy: per statement (index) and per row (scan)."""
-    from agentkeel.bench import run
+@click.option(
+    "--relay",
+    "relay_workload",
+    is_flag=True,
+    help="Measure the outbox relay instead: messages per second to a file and to NATS "
+    "JetStream, at batch 1 and batch 100.",
+)
+@click.option(
+    "--relay-messages",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="With --relay: messages per case.",
+)
+@click.option(
+    "--nats",
+    "nats_url",
+    default="nats://127.0.0.1:4222",
+    show_default=True,
+    metavar="URL",
+    help="With --relay: the NATS server (JetStream); its cases are skipped if none answers.",
+)
+def bench(
+    dsn: str | None,
+    rows: int,
+    repeats: int,
+    relay_workload: bool,
+    relay_messages: int,
+    nats_url: str,
+) -> None:
+    """Measure the cost of the tenant policy: per statement (index) and per row (scan).
+    With --relay: the relay's throughput instead."""
+    from agentkeel.bench import run, run_relay_bench
 
     if dsn:
         check_dsn(dsn)
+    if relay_workload:
+        with database(dsn) as target:
+            measured = run_relay_bench(target, messages=relay_messages, nats_url=nats_url)
+        relay_table = Table(
+            "sink", "batch", "messages", "seconds", "messages/s", title="agentkeel relay"
+        )
+        for r in measured:
+            relay_table.add_row(
+                r.sink,
+                str(r.batch),
+                f"{r.messages:,}",
+                "" if r.seconds is None else f"{r.seconds:.2f}",
+                r.note if r.per_second is None else f"{r.per_second:,.0f}",
+            )
+        out.print(relay_table)
+        return
     with database(dsn) as target:
         results = run(target, rows=rows, repeats=repeats)
     table = Table(
