@@ -158,3 +158,28 @@ def test_listen_wakes_the_relay_long_before_its_poll_interval(migrated_db, tmp_p
 def test_relay_env_drops_the_callers_failpoint(monkeypatch):
     monkeypatch.setenv("AGENTKEEL_RELAY_FAILPOINT", "after_claim")
     assert "AGENTKEEL_RELAY_FAILPOINT" not in relay_env()
+
+
+def test_through_pgbouncer_in_transaction_mode_the_relay_delivers_and_polls(
+    migrated_db, through_pgbouncer, tmp_path
+):
+    """Claim, ack, nack and release are one transaction each, so a transaction pooler that
+    hands every one to another backend is fine; LISTEN is not, so the relay polls."""
+    pooled = through_pgbouncer(migrated_db, round_robin=True)
+    box = Outbox.make(migrated_db)
+    sent = box.commit("pooled.out", [{"n": n} for n in range(9)])
+    sink = tmp_path / "out.jsonl"
+    once = run_relay(pooled, f"file:{sink}", "--once", "--batch", "4", "--no-prepare")
+    assert once.returncode == 0, once.stderr
+    assert sorted(json.loads(line)["message_id"] for line in sink.read_text().splitlines()) == (
+        sorted(sent)
+    )
+    assert box.states() == {"delivered": 9}
+    daemon = start_relay(pooled, f"file:{sink}", "--no-prepare", "--poll-interval", "0.2")
+    more = box.commit("pooled.out", [{"n": 9}])
+    box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+    daemon.send_signal(signal.SIGTERM)
+    _, stderr = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, stderr
+    assert "pooler detected" in stderr
+    assert json.loads(sink.read_text().splitlines()[-1])["message_id"] == more[0]
