@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 from agentkeel.relay.failpoints import parse
 from agentkeel.relay.sinks import FileSink, HttpSink, NatsSink, StdoutSink, parse_sink
@@ -183,3 +185,41 @@ def test_through_pgbouncer_in_transaction_mode_the_relay_delivers_and_polls(
     assert daemon.returncode == 0, stderr
     assert "pooler detected" in stderr
     assert json.loads(sink.read_text().splitlines()[-1])["message_id"] == more[0]
+
+
+def test_a_login_outside_keel_relay_is_exit_7(migrated_db):
+    name = f"relay_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(f"create role {name} login in role keel_app")
+    try:
+        app = conninfo.make_conninfo(migrated_db, user=name)
+        result = run_relay(app, "-", "--once")
+        assert result.returncode == 7, result.stderr
+        assert "permission denied" in result.stderr
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(f"drop role {name}")
+
+
+def test_the_relay_reconnects_when_its_backends_are_terminated(migrated_db, tmp_path):
+    box = Outbox.make(migrated_db)
+    sink = tmp_path / "out.jsonl"
+    first = box.commit("reconnect.a", [{"n": 1}])
+    relay = start_relay(migrated_db, f"file:{sink}", "--poll-interval", "0.2")
+    try:
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            killed = conn.execute(
+                "select count(pg_terminate_backend(pid)) from pg_stat_activity"
+                " where application_name = 'agentkeel-relay'"
+            ).fetchone()
+        assert killed is not None and killed[0] == 2  # the claim/ack one and the LISTEN one
+        second = box.commit("reconnect.b", [{"n": 2}])
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+    assert relay.returncode == 0, stderr
+    delivered = [json.loads(line)["message_id"] for line in sink.read_text().splitlines()]
+    assert delivered == [*first, *second]
+    assert "database connection lost: reconnecting" in stderr

@@ -183,7 +183,6 @@ def _drain(dsn: str, sink_url: str, batch: int, prefix: str) -> float:
     config = Config(
         dsn=dsn,
         batch=batch,
-        concurrency=16,
         once=True,
         listen=False,
         topic_prefix=prefix,

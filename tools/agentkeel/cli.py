@@ -495,12 +495,12 @@ def bench(
     "--batch",
     default=100,
     show_default=True,
-    type=click.IntRange(1, 10_000),
-    help="Messages per claim.",
+    type=click.IntRange(1, 1000),
+    help="Messages per claim (1 to 1000).",
 )
 @click.option(
     "--concurrency",
-    default=16,
+    default=32,
     show_default=True,
     type=click.IntRange(1, 1000),
     help="Publishes in flight at once within a batch.",
@@ -521,7 +521,7 @@ def bench(
 )
 @click.option(
     "--timeout",
-    default=10.0,
+    default=5.0,
     show_default=True,
     type=click.FloatRange(0.01),
     help="Seconds a publish (NATS, HTTP) may take before it counts as failed.",

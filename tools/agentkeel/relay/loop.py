@@ -52,7 +52,7 @@ class Config:
     dsn: str
     name: str = field(default_factory=default_name)
     batch: int = 100
-    concurrency: int = 16
+    concurrency: int = 32
     lease: timedelta = timedelta(seconds=30)
     poll_interval: float = 1.0
     once: bool = False
@@ -130,6 +130,18 @@ class Relay:
                 )
             else:
                 listener = asyncio.create_task(self._listen())
+        timeout = getattr(self.sink, "timeout", None)
+        rounds = -(-self.config.batch // self.config.concurrency)
+        if timeout is not None and rounds * timeout >= self.config.lease.total_seconds():
+            log(
+                self.logger,
+                logging.WARNING,
+                "the lease may run out while a slow batch is published: another relay could "
+                "then deliver the same messages again (raise --lease or --concurrency, or "
+                "lower --batch or --timeout)",
+                worst_case_publish_s=rounds * timeout,
+                lease_s=self.config.lease.total_seconds(),
+            )
         log(
             self.logger,
             logging.INFO,
@@ -175,23 +187,30 @@ class Relay:
         return bool(row["pid"] != conn.info.backend_pid)
 
     async def _listen(self) -> None:
-        """Set the wake event on every NOTIFY keel_outbox; on failure, polling goes on."""
-        try:
-            async with await self.connect() as conn:
-                await conn.execute(f"listen {CHANNEL}")
-                self.wake.set()  # anything committed before LISTEN: look now
-                async for _ in conn.notifies():
-                    self.wake.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            log(
-                self.logger,
-                logging.WARNING,
-                "LISTEN failed: polling only",
-                error=f"{type(error).__name__}: {error}",
-                poll_interval=self.config.poll_interval,
-            )
+        """Set the wake event on every NOTIFY keel_outbox. When the connection fails,
+        polling goes on and LISTEN is tried again after a while."""
+        delay = max(self.config.poll_interval, 1.0)
+        while True:
+            try:
+                async with await self.connect() as conn:
+                    await conn.execute(f"listen {CHANNEL}")
+                    self.wake.set()  # anything committed before LISTEN: look now
+                    delay = max(self.config.poll_interval, 1.0)
+                    async for _ in conn.notifies():
+                        self.wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "LISTEN failed: polling until it works again",
+                    error=f"{type(error).__name__}: {str(error).strip()[:200]}",
+                    poll_interval=self.config.poll_interval,
+                    retry_in_s=delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 60.0)
 
     async def _loop(self) -> None:
         backoff = 0.5

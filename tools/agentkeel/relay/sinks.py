@@ -314,7 +314,7 @@ def bad_sink(url: str, why: str) -> AgentkeelError:
     )
 
 
-def parse_sink(url: str, timeout: float = 10.0) -> Sink:
+def parse_sink(url: str, timeout: float = 5.0) -> Sink:
     """The sink a URL names; AgentkeelError(USAGE) in one line when it names none."""
     if url == "-":
         return StdoutSink()
