@@ -462,21 +462,35 @@ def test_outbox_status_counts_without_payloads(keel, tenant, workflow, relay, pr
 
 
 def test_a_transition_that_writes_messages_wakes_listening_relays(
-    keel, tenant, workflow, connect, prefix
+    tenant, workflow, connect, prefix
 ):
     """NOTIFY keel_outbox, at commit, once per transition that wrote a message; none for
-    a transition without messages. A hint only: relays poll as well.
+    a transition without messages. A hint only: relays poll as well. (The session listens
+    to its own transitions and counts only its own notifications, by backend pid: other
+    sessions of a parallel run notify the same channel.)
     No mutation: a wake-up hint; delivery never depends on it."""
-    listener = connect()
-    if is_pooled(listener):
+    conn = connect()
+    if is_pooled(conn):
         pytest.skip("LISTEN needs a session of its own: a transaction pooler cannot keep one")
-    listener.execute("listen keel_outbox")
-    quiet = keel.create_task(tenant, workflow.name, workflow.version)
-    keel.transition_task(tenant, quiet.task_id, 1, "running")
-    assert list(listener.notifies(timeout=0.3)) == []
-    write(keel, tenant, workflow, [{"topic": f"{prefix}a"}, {"topic": f"{prefix}b"}])
-    woken = list(listener.notifies(timeout=1.0))
-    assert [n.channel for n in woken] == ["keel_outbox"]
+    own: list[str] = []
+    conn.add_notify_handler(
+        lambda n: own.append(n.channel) if n.pid == conn.info.backend_pid else None
+    )
+    conn.execute("listen keel_outbox")
+    app = Keel(conn)
+    quiet = app.create_task(tenant, workflow.name, workflow.version)
+    app.transition_task(tenant, quiet.task_id, 1, "running")
+    conn.execute("select 1")
+    assert own == []
+    write(app, tenant, workflow, [{"topic": f"{prefix}a"}, {"topic": f"{prefix}b"}])
+    conn.execute("select 1")
+    assert own == ["keel_outbox"]
+    with pytest.raises(RuntimeError), app.transaction(tenant):
+        task = app.create_task(tenant, workflow.name, workflow.version)
+        app.transition_task(tenant, task.task_id, 1, "running", outbox=[{"topic": f"{prefix}c"}])
+        raise RuntimeError("roll back: no message, no notification")
+    conn.execute("select 1")
+    assert own == ["keel_outbox"]
 
 
 def test_the_debezium_view_maps_the_outbox_for_the_tenant_in_context(
