@@ -34,6 +34,8 @@ begin
          'The tenant argument differs from the tenant context of the transaction.'),
         ('42K07', 'invalid_tenant_token',
          'The tenant token is malformed, expired, signed with an unknown or retired key, or its signature does not verify.'),
+        ('42K08', 'message_not_found',
+         'No outbox message with that id exists in the tenant.'),
         ('55K01', 'stale_state',
          'The task''s state_version is not the expected one: another writer changed it first. Nothing was written.'),
         ('55K02', 'illegal_transition',
@@ -48,6 +50,10 @@ begin
          'The task is in a terminal state and cannot be leased.'),
         ('55K07', 'append_only_violation',
          'Task events are append-only: UPDATE and DELETE are refused, except by the retention purge (G4).'),
+        ('55K08', 'outbox_claim_lost',
+         'The claim token is not the current open claim on the outbox message (claimed again by another relay, released, nacked, delivered or dead). Nothing was written.'),
+        ('55K09', 'message_not_dead',
+         'Only a dead outbox message can be replayed. Nothing was written.'),
         ('55K20', 'settings_not_propagated',
          'On Citus: a SET LOCAL the function relies on would not reach the worker nodes (citus.propagate_set_commands is not ''local'', or citus.function_opens_transaction_block is off), so it refuses instead of returning nothing. Set citus.propagate_set_commands = ''local'' for the database (agentkeel distribute does).')
     ) as c (sqlstate, name, description)

@@ -14,6 +14,7 @@ set search_path = pg_catalog, pg_temp
 as $$
     values
     ('keel.migration_history', 'local'),
+    ('keel.outbox_topics', 'reference'),
     ('keel.redaction_rules', 'reference'),
     ('keel.settings', 'reference'),
     ('keel.tenant_token_keys', 'local'),

@@ -153,10 +153,14 @@ begin
             coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now
         );
     end loop;
+    if v_position > 0 then
+        -- A wake-up hint for relays (sent at commit, if any); they poll too.
+        perform pg_notify('keel_outbox', '');
+    end if;
 
     return v_task;
 end;
 $$;
 
 comment on function keel.transition_task(uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz) is
-'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction; on any error nothing is written. Entering a terminal state (keel.workflow_states) ends the lease and clears wake_at. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload (G9); p_wake_at passes keel.check_wake_at.';
+'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction (and, when it wrote a message, NOTIFY keel_outbox as a wake-up hint for relays); on any error nothing is written. Entering a terminal state (keel.workflow_states) ends the lease and clears wake_at. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload (G9); p_wake_at passes keel.check_wake_at.';

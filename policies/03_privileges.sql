@@ -8,7 +8,8 @@ revoke all on all functions in schema keel from public;
 grant usage on schema keel to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 
 -- Reads. Rows are filtered by the tenant_isolation policies.
-grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox
+grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox,
+keel.inbox, keel.outbox_events
 to keel_app, keel_worker;
 grant select on keel.task_events to keel_auditor;
 grant select on keel.workflows, keel.workflow_transitions, keel.workflow_states
@@ -73,3 +74,20 @@ keel.reserve_operations(uuid, jsonb),
 keel.complete_operation(uuid, uuid, bigint, jsonb, text),
 keel.fail_operation(uuid, uuid, bigint, jsonb, boolean, text)
 to keel_app, keel_worker, keel_agent;
+
+-- Outbox delivery (G6): the function API of the consumers' side, for the tenant in context.
+grant execute on function
+keel.dead_outbox(uuid, text, uuid, integer),
+keel.replay_outbox(uuid, uuid),
+keel.inbox_accept(uuid, text, uuid)
+to keel_app, keel_worker;
+
+-- keel_relay: claims, acks, nacks and releases outbox messages of every tenant, and counts
+-- them; nothing else (no table privilege, no tenant write function).
+grant execute on function
+keel.claim_outbox(text, integer, interval, text),
+keel.ack_outbox(uuid, uuid, bigint),
+keel.nack_outbox(uuid, uuid, bigint, text, boolean),
+keel.release_outbox(uuid, uuid, bigint),
+keel.outbox_status()
+to keel_relay;

@@ -33,6 +33,34 @@ for update to keel_owner
 using (current_setting('keel.scan_all_tenants', true) = 'on')
 with check (false);
 
+-- keel.claim_outbox and keel.outbox_status read pending messages of every tenant, the
+-- same way and with the same flag as the task claim above: as keel_owner, for one statement.
+drop policy if exists outbox_claim_scan on keel.outbox;
+create policy outbox_claim_scan on keel.outbox
+for select to keel_owner
+using (current_setting('keel.scan_all_tenants', true) = 'on');
+
+drop policy if exists outbox_claim_lock on keel.outbox;
+create policy outbox_claim_lock on keel.outbox
+for update to keel_owner
+using (current_setting('keel.scan_all_tenants', true) = 'on')
+with check (false);
+
+-- The relay's writes (claim, ack, nack, release): keel_relay has no tenant context, so
+-- those functions switch keel.outbox_delivery on around statements that each name one
+-- row by its tenant id and message id, fenced by the claim token. Only keel_owner (the
+-- functions) is named; no application role can update keel.outbox at all.
+drop policy if exists outbox_delivery_read on keel.outbox;
+create policy outbox_delivery_read on keel.outbox
+for select to keel_owner
+using (current_setting('keel.outbox_delivery', true) = 'on');
+
+drop policy if exists outbox_delivery_write on keel.outbox;
+create policy outbox_delivery_write on keel.outbox
+for update to keel_owner
+using (current_setting('keel.outbox_delivery', true) = 'on')
+with check (current_setting('keel.outbox_delivery', true) = 'on');
+
 -- Auditors read the history of every tenant.
 drop policy if exists task_events_auditor on keel.task_events;
 create policy task_events_auditor on keel.task_events

@@ -293,6 +293,12 @@ MUTATIONS = {
         "G6+G3",
         "test_racing_workers_keep_every_guarantee",
     ),
+    "G6: ack_unfenced, ack_outbox without the token check": (
+        "ack_outbox.sql",
+        [(r"perform keel\.assert_outbox_claim\(v_message, p_claim_token\);", "", 1)],
+        "G6",
+        "test_an_expired_claim_is_taken_over_and_the_stale_token_changes_nothing",
+    ),
 }
 
 

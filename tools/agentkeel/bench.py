@@ -129,3 +129,120 @@ def run(dsn: str, rows: int = 50_000, repeats: int = 3) -> list[Measurement]:
             owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
             for role in (app, agent):
                 owner.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
+
+
+# -- the relay ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RelayMeasurement:
+    sink: str
+    batch: int
+    messages: int
+    seconds: float | None  # None: skipped
+    note: str = ""
+
+    @property
+    def per_second(self) -> float | None:
+        return None if not self.seconds else self.messages / self.seconds
+
+
+async def _stream(nats_url: str, name: str, prefix: str, create: bool) -> None:
+    import nats
+
+    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=10)
+        if create:
+            await js.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=120.0)
+        else:
+            await js.delete_stream(name)
+    finally:
+        await nc.close()
+
+
+def _enqueue(dsn: str, tenant: uuid.UUID, topic: str, messages: int) -> None:
+    """The bench's own fixture, as the owner: pending messages written directly (the
+    relay's cost is measured, not transition_task's)."""
+    with psycopg.connect(dsn, autocommit=True) as owner, owner.transaction():
+        set_tenant_context(owner, tenant)
+        owner.execute(
+            "insert into keel.outbox (tenant_id, topic, payload)"
+            " select %s, %s, jsonb_build_object('n', g, 'text', repeat('x', 200))"
+            " from generate_series(1, %s) as g",
+            (tenant, topic, messages),
+        )
+
+
+def _drain(dsn: str, sink_url: str, batch: int, prefix: str) -> float:
+    import asyncio
+
+    from agentkeel.relay import Config, parse_sink
+    from agentkeel.relay import run as run_relay
+
+    config = Config(
+        dsn=dsn,
+        batch=batch,
+        once=True,
+        listen=False,
+        topic_prefix=prefix,
+        handle_signals=False,
+        name="agentkeel-bench",
+    )
+    started = time.perf_counter()
+    stats = asyncio.run(run_relay(config, parse_sink(sink_url)))
+    elapsed = time.perf_counter() - started
+    if stats.retried or stats.dead:
+        raise RuntimeError(f"the relay failed to deliver during the bench: {stats.as_dict()}")
+    return elapsed
+
+
+def run_relay_bench(
+    dsn: str,
+    messages: int = 1000,
+    batches: tuple[int, ...] = (1, 100),
+    nats_url: str = "nats://127.0.0.1:4222",
+) -> list[RelayMeasurement]:
+    """Relay throughput (messages claimed, published and acked per second) to a file and to
+    NATS JetStream, at each batch size; removes what it made. NATS rows are skipped, with
+    the reason, when nothing answers at nats_url."""
+    import asyncio
+    import logging
+    import tempfile
+    from pathlib import Path
+
+    logging.getLogger("agentkeel.relay").setLevel(logging.WARNING)
+    suffix = uuid.uuid4().hex[:8]
+    prefix, stream = f"akbench-{suffix}", f"AKBENCH_{suffix}"
+    tenant = uuid.uuid4()
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        Keel(owner).create_tenant("agentkeel-bench", tenant)
+    results: list[RelayMeasurement] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentkeel-bench-") as folder:
+            for batch in batches:
+                topic = f"{prefix}.file{batch}"
+                _enqueue(dsn, tenant, topic, messages)
+                sink = f"file:{Path(folder) / 'relay.jsonl'}"
+                seconds = _drain(dsn, sink, batch, topic)
+                results.append(RelayMeasurement("file (fsync per batch)", batch, messages, seconds))
+        try:
+            asyncio.run(_stream(nats_url, stream, prefix, create=True))
+        except Exception as error:
+            note = f"skipped: no JetStream at {nats_url} ({type(error).__name__})"
+            results += [
+                RelayMeasurement("NATS JetStream", b, messages, None, note) for b in batches
+            ]
+            return results
+        try:
+            for batch in batches:
+                topic = f"nats{batch}"
+                _enqueue(dsn, tenant, f"{prefix}.{topic}", messages)
+                seconds = _drain(dsn, f"{nats_url}/{prefix}", batch, f"{prefix}.{topic}")
+                results.append(RelayMeasurement("NATS JetStream", batch, messages, seconds))
+        finally:
+            asyncio.run(_stream(nats_url, stream, prefix, create=False))
+        return results
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            _remove_tenant(owner, tenant)

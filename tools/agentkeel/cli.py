@@ -421,8 +421,8 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     "--workload",
     "workloads",
     multiple=True,
-    type=click.Choice([*WORKLOAD_NAMES, "policy"]),
-    help="What to measure (repeatable). Default: every workload except policy.",
+    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay"]),
+    help="What to measure (repeatable). Default: every workload except policy and relay.",
 )
 @click.option(
     "--workers",
@@ -447,6 +447,21 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     "in the per-second slices.",
 )
 @click.option("--rows", default=50_000, show_default=True, help="policy: tasks per tenant.")
+@click.option(
+    "--relay-messages",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="relay: messages per case.",
+)
+@click.option(
+    "--nats",
+    "nats_url",
+    default="nats://127.0.0.1:4222",
+    show_default=True,
+    metavar="URL",
+    help="relay: the NATS server (JetStream); its cases are skipped if none answers.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 def bench(
     dsn: str | None,
@@ -457,13 +472,16 @@ def bench(
     finished_rows: int,
     sustained: bool,
     rows: int,
+    relay_messages: int,
+    nats_url: str,
     as_json: bool,
 ) -> None:
     """Run each workload (claim + complete, transition with an event and an outbox row,
     reserve) side by side with a plain-SQL floor doing the same writes with no function,
     no row-level security and no fencing, alternating floor and keel runs. Reports ops/s,
     p50/p99 latency, the ratio to the floor and throughput per second. `--workload policy`
-    measures what the tenant policy costs per statement and per row instead."""
+    measures what the tenant policy costs per statement and per row; `--workload relay` the
+    relay's messages per second to a file and to NATS JetStream, at batch 1 and 100."""
     counts = _worker_counts(workers)
     chosen = list(workloads) or list(WORKLOAD_NAMES)
     if sustained:
@@ -477,6 +495,9 @@ def bench(
         if "policy" in chosen:
             document["policy"] = _bench_policy(target, rows, repeats, as_json)
             chosen.remove("policy")
+        if "relay" in chosen:
+            document["relay"] = _bench_relay(target, relay_messages, nats_url, as_json)
+            chosen.remove("relay")
         if not chosen:
             if as_json:
                 out.print_json(json.dumps(document))
@@ -540,6 +561,37 @@ def bench(
     out.print(table)
 
 
+def _bench_relay(target: str, messages: int, nats_url: str, as_json: bool) -> list[dict[str, Any]]:
+    """Measure the relay; print its table unless as_json. Returns the figures."""
+    from agentkeel.bench import run_relay_bench
+
+    measured = run_relay_bench(target, messages=messages, nats_url=nats_url)
+    figures = [
+        {
+            "sink": r.sink,
+            "batch": r.batch,
+            "messages": r.messages,
+            "seconds": r.seconds,
+            "per_second": r.per_second,
+            "note": r.note,
+        }
+        for r in measured
+    ]
+    if as_json:
+        return figures
+    table = Table("sink", "batch", "messages", "seconds", "messages/s", title="agentkeel relay")
+    for r in measured:
+        table.add_row(
+            r.sink,
+            str(r.batch),
+            f"{r.messages:,}",
+            "" if r.seconds is None else f"{r.seconds:.2f}",
+            r.note if r.per_second is None else f"{r.per_second:,.0f}",
+        )
+    out.print(table)
+    return figures
+
+
 def _worker_counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",")]
@@ -568,6 +620,160 @@ def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[d
         table.add_row(m.case, f"{m.best_ms:.1f}", f"{m.us_per_row:.2f}")
     out.print(table)
     return figures
+
+
+# -- relay -----------------------------------------------------------------------
+
+
+@main.group(
+    invoke_without_command=True,
+    short_help="Deliver the outbox to NATS JetStream, HTTP, a file or stdout.",
+)
+@dsn_option
+@click.option(
+    "--sink",
+    metavar="URL",
+    default=None,
+    help="nats://host:port/subject.prefix, http(s)://..., file:PATH, or - (stdout). Required.",
+)
+@click.option(
+    "--batch",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Messages per claim (1 to 1000).",
+)
+@click.option(
+    "--concurrency",
+    default=32,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Publishes in flight at once within a batch.",
+)
+@click.option(
+    "--lease",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0.001),
+    help="Seconds a claim lasts; keep it longer than a batch takes to publish.",
+)
+@click.option(
+    "--poll-interval",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0.01),
+    help="Seconds between claims when no NOTIFY arrives.",
+)
+@click.option(
+    "--timeout",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.01),
+    help="Seconds a publish (NATS, HTTP) may take before it counts as failed.",
+)
+@click.option("--once", is_flag=True, help="Deliver what is due, then exit 0.")
+@click.option("--no-listen", is_flag=True, help="Poll only (no LISTEN keel_outbox).")
+@click.option(
+    "--topic-prefix",
+    default=None,
+    metavar="PREFIX",
+    help="Deliver only topics starting with PREFIX.",
+)
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="This relay's name in keel.outbox.claimed_by (default host:pid).",
+)
+@click.option(
+    "--no-prepare",
+    is_flag=True,
+    help="No prepared statements (PgBouncer in transaction mode before 1.21).",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+@click.pass_context
+def relay(
+    ctx: click.Context,
+    dsn: str | None,
+    sink: str | None,
+    batch: int,
+    concurrency: int,
+    lease: float,
+    poll_interval: float,
+    timeout: float,
+    once: bool,
+    no_listen: bool,
+    topic_prefix: str | None,
+    name: str | None,
+    no_prepare: bool,
+    log_level: str,
+) -> None:
+    """Deliver outbox messages at least once: claim a batch (lease + fencing token), publish
+    it, ack each message only after the sink confirmed it. SIGTERM / Ctrl-C finish the
+    publishes in flight, ack them, release the other claims and exit 0. Logs are JSON lines
+    on stderr. `agentkeel relay status` shows the outbox per topic. Guide: docs/relay.md."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import asyncio
+    from datetime import timedelta
+
+    from agentkeel.relay import Config, Failpoints, parse_sink, run
+    from agentkeel.relay.logs import configure
+
+    if not sink:
+        fail(
+            "`agentkeel relay` needs --sink URL (nats://, http(s)://, file:PATH or -)",
+            ExitCode.USAGE,
+        )
+    target = parse_sink(sink, timeout=timeout)
+    failpoints = Failpoints()
+    config = Config(
+        dsn=require_dsn(dsn),
+        batch=batch,
+        concurrency=concurrency,
+        lease=timedelta(seconds=lease),
+        poll_interval=poll_interval,
+        once=once,
+        listen=not no_listen,
+        topic_prefix=topic_prefix,
+        prepare=not no_prepare,
+    )
+    if name:
+        config.name = name
+    configure(log_level)
+    asyncio.run(run(config, target, failpoints))
+
+
+@relay.command("status")
+@dsn_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per topic).")
+def relay_status(dsn: str | None, as_json: bool) -> None:
+    """Pending, in flight, dead and the oldest pending age, per topic."""
+    from agentkeel.relay.status import age_text, read_status
+
+    with connect_dsn(require_dsn(dsn)) as conn:
+        require_schema(conn)
+        topics = read_status(conn)
+    if as_json:
+        click.echo(json.dumps({"topics": [t.as_json() for t in topics]}, indent=2))
+        return
+    table = Table("topic", "pending", "in flight", "dead", "oldest pending", title="outbox")
+    for t in topics:
+        table.add_row(
+            t.topic,
+            str(t.pending),
+            str(t.in_flight),
+            f"[bold red]{t.dead}[/]" if t.dead else "0",
+            age_text(t.oldest_pending_age),
+        )
+    out.print(table)
+    if not topics:
+        out.print("the outbox is empty")
 
 
 # -- bootstrap -------------------------------------------------------------------

@@ -151,6 +151,38 @@ class ReserveOutcome:
     refused: BatchError | None
 
 
+@dataclass(frozen=True)
+class OutboxMessage:
+    tenant_id: uuid.UUID
+    message_id: uuid.UUID
+    task_id: uuid.UUID | None
+    event_seq: int | None
+    position: int
+    topic: str
+    message_key: str | None
+    payload: Json
+    headers: Json
+    state: str
+    attempts: int
+    available_at: datetime
+    created_at: datetime
+    delivered_at: datetime | None
+    last_error: str | None
+    claim_token: int
+    claimed_by: str | None
+    claimed_at: datetime | None
+    dead_at: datetime | None
+
+
+@dataclass(frozen=True)
+class OutboxStatus:
+    topic: str
+    pending: int
+    in_flight: int
+    dead: int
+    oldest_pending_age: timedelta | None
+
+
 def dataclass_row(cls: type[T]) -> Callable[[psycopg.Cursor[Any]], Callable[[Sequence[Any]], T]]:
     """A row factory building cls from the columns it declares (newer columns are ignored)."""
     wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
@@ -594,3 +626,92 @@ class Keel:
             {"tenant_id": tenant_id, "operation_id": operation_id},
         )
         return rows[0] if rows else None
+
+    # -- outbox delivery (G6) --------------------------------------------------
+    # The relay's calls (keel_relay) need no tenant context; the consumers' calls do.
+    def claim_outbox(
+        self,
+        relay: str,
+        limit: int | None = None,
+        lease: timedelta | None = None,
+        topic_prefix: str | None = None,
+    ) -> list[OutboxMessage]:
+        """Claim up to `limit` due messages of any tenant, each with a new claim token."""
+        return self._call(
+            "claim_outbox",
+            OutboxMessage,
+            None,
+            {"relay": relay},
+            {"limit": limit, "lease": lease, "topic_prefix": topic_prefix},
+        )
+
+    def ack_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID, claim_token: int) -> None:
+        with self.transaction(None) as conn:
+            conn.execute("select keel.ack_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token))
+
+    def nack_outbox(
+        self,
+        tenant_id: uuid.UUID,
+        message_id: uuid.UUID,
+        claim_token: int,
+        error: str,
+        *,
+        dead: bool | None = None,
+    ) -> OutboxMessage:
+        return self._one(
+            "nack_outbox",
+            OutboxMessage,
+            None,
+            {
+                "tenant_id": tenant_id,
+                "message_id": message_id,
+                "claim_token": claim_token,
+                "error": error,
+            },
+            {"dead": dead},
+        )
+
+    def release_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID, claim_token: int) -> None:
+        with self.transaction(None) as conn:
+            conn.execute(
+                "select keel.release_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token)
+            )
+
+    def outbox_status(self) -> list[OutboxStatus]:
+        """Per topic across tenants: pending, in flight, dead, oldest pending age."""
+        return self._call("outbox_status", OutboxStatus, None, {})
+
+    def dead_outbox(
+        self,
+        tenant_id: uuid.UUID,
+        *,
+        topic: str | None = None,
+        after: uuid.UUID | None = None,
+        limit: int | None = None,
+    ) -> list[OutboxMessage]:
+        """One page of the tenant's dead messages in message_id order."""
+        return self._call(
+            "dead_outbox",
+            OutboxMessage,
+            tenant_id,
+            {"tenant_id": tenant_id},
+            {"topic": topic, "after": after, "limit": limit},
+        )
+
+    def replay_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID) -> OutboxMessage:
+        """A dead message back to pending, same message id, attempts 0."""
+        return self._one(
+            "replay_outbox",
+            OutboxMessage,
+            tenant_id,
+            {"tenant_id": tenant_id, "message_id": message_id},
+        )
+
+    def inbox_accept(self, tenant_id: uuid.UUID, consumer: str, message_id: uuid.UUID) -> bool:
+        """True the first time this consumer accepts the id, False for a duplicate. Call it
+        inside the transaction that applies the effect (``with keel.transaction(tenant)``)."""
+        with self.transaction(tenant_id) as conn:
+            row = conn.execute(
+                "select keel.inbox_accept(%s, %s, %s)", (tenant_id, consumer, message_id)
+            ).fetchone()
+        return bool(row and row[0])

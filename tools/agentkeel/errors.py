@@ -83,6 +83,11 @@ class InvalidTenantToken(KeelError):
     name = "invalid_tenant_token"
 
 
+class MessageNotFound(KeelError):
+    sqlstate = "42K08"
+    name = "message_not_found"
+
+
 class StaleState(KeelError):
     sqlstate = "55K01"
     name = "stale_state"
@@ -116,6 +121,16 @@ class TaskNotClaimable(KeelError):
 class AppendOnlyViolation(KeelError):
     sqlstate = "55K07"
     name = "append_only_violation"
+
+
+class OutboxClaimLost(KeelError):
+    sqlstate = "55K08"
+    name = "outbox_claim_lost"
+
+
+class MessageNotDead(KeelError):
+    sqlstate = "55K09"
+    name = "message_not_dead"
 
 
 class SettingsNotPropagated(KeelError):

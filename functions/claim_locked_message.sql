@@ -1,0 +1,47 @@
+-- Outbox delivery (G6): the one place an outbox claim is granted and its token incremented.
+create or replace function keel.claim_locked_message(
+    p_tenant_id uuid,
+    p_message_id uuid,
+    p_relay text,
+    p_now timestamptz,
+    p_expires timestamptz
+)
+returns keel.outbox
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_message keel.outbox;
+begin
+    -- Locked already by the caller's claim scan: this re-read is the row as it is now.
+    v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);
+    if v_message.attempts >= keel.outbox_max_attempts(v_message.topic) then
+        -- Every attempt was used by claims that never reported back (a relay that
+        -- crashes on this message): it is dead, not claimed again.
+        update keel.outbox as o
+        set
+            state = 'dead',
+            dead_at = p_now,
+            claimed_by = null,
+            last_error = coalesce(
+                o.last_error, 'every attempt was claimed and none was acked or nacked'
+            )
+        where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
+        return null;
+    end if;
+    update keel.outbox as o
+    set
+        claim_token = o.claim_token + 1,
+        claimed_by = p_relay,
+        claimed_at = p_now,
+        available_at = p_expires,
+        attempts = o.attempts + 1
+    where o.tenant_id = p_tenant_id and o.message_id = p_message_id
+    returning o.* into v_message;
+    return v_message;
+end;
+$$;
+
+comment on function keel.claim_locked_message(uuid, uuid, text, timestamptz, timestamptz) is
+'Grants a claim on an outbox row the caller has locked: next claim token, claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more attempt. A message whose attempts are all used goes dead instead, and null is returned. Not granted to any role.';

@@ -1,0 +1,79 @@
+-- Outbox delivery (G6): a relay claims a batch of due messages of any tenant.
+-- agentkeel:allow citus.tenant_filter (the relay's one cross-tenant claim, replaced on Citus)
+-- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 2)
+-- The shape of keel.claim_next_task: one FOR UPDATE SKIP LOCKED scan over the claim index,
+-- oldest available_at first, with the scan_all_tenants flag on for that statement alone
+-- (policies outbox_claim_scan and outbox_claim_lock). A row another transaction has
+-- locked is skipped, never waited on and never allowed to hide the rows behind it, so no
+-- tenant can keep the relay from another tenant's messages. No high-water mark: message
+-- ids commit out of order, so every pending row is looked at, whatever its id.
+create or replace function keel.claim_outbox(
+    p_relay text,
+    p_limit integer default 100,
+    p_lease interval default '30 seconds',
+    p_topic_prefix text default null
+)
+returns setof keel.outbox
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_expires timestamptz;
+    v_message keel.outbox;
+    v_tenants uuid[] := '{}';
+    v_ids uuid[] := '{}';
+begin
+    v_expires := keel.check_lease_request(p_relay, p_lease, v_now);
+    if p_limit is null or p_limit not between 1 and 1000 then
+        raise exception using errcode = '22K01', message = 'claim batch size must be 1 to 1000';
+    end if;
+
+    -- Only this statement sees and locks rows of every tenant; the flag is off again
+    -- before anything is written.
+    set local keel.scan_all_tenants = on;
+    for v_message in
+        select o.*
+        from keel.outbox as o
+        where o.state = 'pending'
+            and o.available_at <= v_now
+            and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+            -- Per-key ordering: not while an earlier message of the same tenant and key
+            -- is pending (waiting, in backoff or claimed).
+            and (
+                o.message_key is null
+                or not exists (
+                    select 1
+                    from keel.outbox as e
+                    where e.tenant_id = o.tenant_id
+                        and e.message_key = o.message_key
+                        and e.state = 'pending'
+                        and (e.created_at, e.position, e.message_id)
+                        < (o.created_at, o.position, o.message_id)
+                )
+            )
+        order by o.available_at
+        limit p_limit
+        for update of o skip locked
+    loop
+        v_tenants := v_tenants || v_message.tenant_id;
+        v_ids := v_ids || v_message.message_id;
+    end loop;
+    set local keel.scan_all_tenants = off;
+
+    -- The writes: each names its row's tenant and id (policy outbox_delivery_write).
+    set local keel.outbox_delivery = on;
+    for i in 1 .. coalesce(array_length(v_ids, 1), 0) loop
+        v_message := keel.claim_locked_message(v_tenants[i], v_ids[i], p_relay, v_now, v_expires);
+        if v_message.message_id is not null then
+            return next v_message;
+        end if;
+    end loop;
+    set local keel.outbox_delivery = off;
+end;
+$$;
+
+comment on function keel.claim_outbox(text, integer, interval, text) is
+'Claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and attempts + 1. Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed. A message whose attempts were all claimed without an ack or nack goes dead instead. Needs no tenant context (G6).';

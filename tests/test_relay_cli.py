@@ -1,0 +1,225 @@
+"""`agentkeel relay` as a command: its refusals and exit codes, the stdout and file sinks,
+structured logs, LISTEN wake-up, SIGTERM (finish, ack, release, exit 0), `relay status`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from agentkeel.relay.failpoints import parse
+from agentkeel.relay.sinks import FileSink, HttpSink, NatsSink, StdoutSink, parse_sink
+from conftest import run_agentkeel
+from relay_services import Outbox, http_receiver, relay_env, run_relay, start_relay
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("-", StdoutSink),
+        ("file:/tmp/out.jsonl", FileSink),
+        ("file:///tmp/out.jsonl", FileSink),
+        ("http://127.0.0.1:8080/hook", HttpSink),
+        ("https://hooks.example.com/keel", HttpSink),
+        ("nats://127.0.0.1:4222/keel.outbox", NatsSink),
+        ("nats://127.0.0.1/keel", NatsSink),
+    ],
+)
+def test_sink_urls(url, kind):
+    assert isinstance(parse_sink(url), kind)
+
+
+def test_a_nats_url_without_a_port_uses_4222():
+    sink = parse_sink("nats://broker/keel.outbox")
+    assert isinstance(sink, NatsSink)
+    assert (sink.server, sink.prefix) == ("nats://broker:4222", "keel.outbox")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://host/x", "nats://127.0.0.1:4222", "nats://h/a..b", "file:", "http:///x", "kafka"],
+)
+def test_a_bad_sink_url_is_one_line_and_exit_2(migrated_db, url):
+    result = run_agentkeel("relay", "--dsn", migrated_db, "--sink", url, "--once")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("agentkeel: error: bad sink URL"), lines
+
+
+def test_the_relay_needs_a_dsn_and_a_sink(monkeypatch):
+    monkeypatch.delenv("AGENTKEEL_DSN", raising=False)
+    no_dsn = run_agentkeel("relay", "--sink", "-", "--once")
+    assert no_dsn.returncode == 2 and "needs a database" in no_dsn.stderr
+    no_sink = run_agentkeel("relay", "--dsn", "postgresql://nobody@127.0.0.1:1/x", "--once")
+    assert no_sink.returncode == 2 and "needs --sink" in no_sink.stderr
+
+
+def test_a_database_without_the_schema_is_exit_8(db):
+    result = run_agentkeel("relay", "--dsn", db, "--sink", "-", "--once")
+    assert result.returncode == 8, result.stderr
+    assert "agentkeel migrate up" in result.stderr
+
+
+def test_an_unreachable_database_is_exit_6():
+    result = run_agentkeel(
+        "relay", "--dsn", "postgresql://nobody@127.0.0.1:1/x", "--sink", "-", "--once"
+    )
+    assert result.returncode == 6, result.stderr
+
+
+def test_a_malformed_failpoint_is_refused(migrated_db):
+    assert parse("after_claim:3,after_ack") == {"after_claim": 3, "after_ack": 1}
+    result = run_relay(migrated_db, "-", "--once", failpoint="after_lunch")
+    assert result.returncode == 2 and "AGENTKEEL_RELAY_FAILPOINT" in result.stderr
+
+
+def test_stdout_sink_and_json_logs(migrated_db):
+    box = Outbox.make(migrated_db)
+    sent = box.commit("orders.created", [{"n": n} for n in range(5)])
+    result = run_relay(migrated_db, "-", "--once", "--batch", "2", "--log-level", "debug")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["message_id"] for r in records] == sent
+    assert {r["topic"] for r in records} == {"orders.created"}
+    logs = [json.loads(line) for line in result.stderr.splitlines()]
+    assert {"relay started", "batch", "relay stopped"} <= {entry["event"] for entry in logs}
+    assert logs[-1]["acked"] == 5
+    assert box.states() == {"delivered": 5}
+
+
+def test_status_counts_pending_and_dead_per_topic(migrated_db, tmp_path):
+    box = Outbox.make(migrated_db)
+    box.commit("status.a", [1, 2, 3])
+    box.commit("status.b", [1])
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("insert into keel.outbox_topics (topic, max_attempts) values ('status.b', 1)")
+    # status.b's only attempt fails: the file sink's path is a directory
+    failed = run_relay(
+        migrated_db, f"file:{tmp_path}", "--once", "--topic-prefix", "status.b", "--lease", "5"
+    )
+    assert failed.returncode == 0, failed.stderr
+    result = run_agentkeel("relay", "status", "--dsn", migrated_db, "--json")
+    assert result.returncode == 0, result.stderr
+    topics = {t["topic"]: t for t in json.loads(result.stdout)["topics"]}
+    assert (topics["status.a"]["pending"], topics["status.a"]["dead"]) == (3, 0)
+    assert topics["status.a"]["oldest_pending_age_s"] >= 0
+    assert (topics["status.b"]["pending"], topics["status.b"]["dead"]) == (0, 1)
+    table = run_agentkeel("relay", "status", "--dsn", migrated_db)
+    assert table.returncode == 0 and "status.a" in table.stdout
+
+
+def test_sigterm_finishes_the_publish_in_flight_acks_it_and_releases_the_rest(migrated_db):
+    box = Outbox.make(migrated_db)
+    sent = box.commit("slow.hook", [{"n": n} for n in range(5)])
+    with http_receiver(delay=1.5) as receiver:
+        relay = start_relay(
+            migrated_db, receiver.url, "--batch", "5", "--concurrency", "1", "--timeout", "10"
+        )
+        deadline = time.monotonic() + 30
+        while not receiver.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert receiver.requests, "the relay never published"
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+    assert relay.returncode == 0, stderr
+    rows = {str(r["message_id"]): r for r in box.rows()}
+    first = receiver.requests[0][1]["message_id"]
+    assert len(receiver.requests) == 1
+    assert rows[first]["state"] == "delivered"
+    rest = [rows[m] for m in sent if m != first]
+    assert all(r["state"] == "pending" and r["claimed_by"] is None for r in rest)
+    assert all(r["attempts"] == 0 and not r["backing_off"] for r in rest)  # given back
+    assert "stopping" in stderr
+
+
+def test_listen_wakes_the_relay_long_before_its_poll_interval(migrated_db, tmp_path):
+    box = Outbox.make(migrated_db)
+    sink = tmp_path / "out.jsonl"
+    relay = start_relay(migrated_db, f"file:{sink}", "--poll-interval", "600")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and '"relay started"' not in (
+            relay.stderr.readline() if relay.stderr else ""
+        ):
+            pass
+        time.sleep(0.5)  # LISTEN is issued right after the start line
+        sent = box.commit("wake.up", [{"n": 1}])
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+        assert [json.loads(line)["message_id"] for line in sink.read_text().splitlines()] == sent
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        relay.communicate(timeout=30)
+    assert relay.returncode == 0
+
+
+def test_relay_env_drops_the_callers_failpoint(monkeypatch):
+    monkeypatch.setenv("AGENTKEEL_RELAY_FAILPOINT", "after_claim")
+    assert "AGENTKEEL_RELAY_FAILPOINT" not in relay_env()
+
+
+def test_through_pgbouncer_in_transaction_mode_the_relay_delivers_and_polls(
+    migrated_db, through_pgbouncer, tmp_path
+):
+    """Claim, ack, nack and release are one transaction each, so a transaction pooler that
+    hands every one to another backend is fine; LISTEN is not, so the relay polls."""
+    pooled = through_pgbouncer(migrated_db, round_robin=True)
+    box = Outbox.make(migrated_db)
+    sent = box.commit("pooled.out", [{"n": n} for n in range(9)])
+    sink = tmp_path / "out.jsonl"
+    once = run_relay(pooled, f"file:{sink}", "--once", "--batch", "4", "--no-prepare")
+    assert once.returncode == 0, once.stderr
+    assert sorted(json.loads(line)["message_id"] for line in sink.read_text().splitlines()) == (
+        sorted(sent)
+    )
+    assert box.states() == {"delivered": 9}
+    daemon = start_relay(pooled, f"file:{sink}", "--no-prepare", "--poll-interval", "0.2")
+    more = box.commit("pooled.out", [{"n": 9}])
+    box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+    daemon.send_signal(signal.SIGTERM)
+    _, stderr = daemon.communicate(timeout=30)
+    assert daemon.returncode == 0, stderr
+    assert "pooler detected" in stderr
+    assert json.loads(sink.read_text().splitlines()[-1])["message_id"] == more[0]
+
+
+def test_a_login_outside_keel_relay_is_exit_7(migrated_db):
+    name = f"relay_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(f"create role {name} login in role keel_app")
+    try:
+        app = conninfo.make_conninfo(migrated_db, user=name)
+        result = run_relay(app, "-", "--once")
+        assert result.returncode == 7, result.stderr
+        assert "permission denied" in result.stderr
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(f"drop role {name}")
+
+
+def test_the_relay_reconnects_when_its_backends_are_terminated(migrated_db, tmp_path):
+    box = Outbox.make(migrated_db)
+    sink = tmp_path / "out.jsonl"
+    first = box.commit("reconnect.a", [{"n": 1}])
+    relay = start_relay(migrated_db, f"file:{sink}", "--poll-interval", "0.2")
+    try:
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            killed = conn.execute(
+                "select count(pg_terminate_backend(pid)) from pg_stat_activity"
+                " where application_name = 'agentkeel-relay'"
+            ).fetchone()
+        assert killed is not None and killed[0] == 2  # the claim/ack one and the LISTEN one
+        second = box.commit("reconnect.b", [{"n": 2}])
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+    assert relay.returncode == 0, stderr
+    delivered = [json.loads(line)["message_id"] for line in sink.read_text().splitlines()]
+    assert delivered == [*first, *second]
+    assert "database connection lost: reconnecting" in stderr

@@ -1,0 +1,102 @@
+"""The http(s):// sink against a real HTTP server on loopback: 2xx acks; any other 4xx is
+final (dead at once); 5xx, 408, 429 and timeouts are retried with backoff; every request
+carries Idempotency-Key = the message id."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from agentkeel.relay import Config, parse_sink, run
+from agentkeel.relay.sinks import http_outcome
+from relay_services import Outbox, http_receiver
+
+FINAL = (400, 404, 410, 422)
+RETRIED = (500, 502, 503, 408, 429)
+ACKED = (200, 201, 202, 204)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (200, "ack"),
+        (299, "ack"),
+        (400, "dead"),
+        (499, "dead"),
+        (408, "retry"),
+        (429, "retry"),
+        (500, "retry"),
+        (503, "retry"),
+        (302, "retry"),
+        (100, "retry"),
+    ],
+)
+def test_what_each_status_means(status, kind):
+    assert http_outcome(status).kind == kind
+
+
+def slow_backoff(dsn: str) -> None:
+    """A retried message stays away for minutes (full jitter: random() * base), so that
+    `--once` does not try it again in the same run."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "update keel.settings set value = '1 hour' where setting = 'outbox_backoff_base'"
+        )
+
+
+def test_statuses_decide_ack_dead_or_retry(migrated_db):
+    slow_backoff(migrated_db)
+    box = Outbox.make(migrated_db)
+    asked = [*ACKED, *FINAL, *RETRIED, "hang"]
+    sent = box.commit("hook.status", [{"status": s} for s in asked])
+    with http_receiver() as receiver:
+        stats = asyncio.run(
+            run(
+                Config(
+                    dsn=migrated_db,
+                    once=True,
+                    handle_signals=False,
+                    lease=timedelta(seconds=30),
+                    concurrency=8,
+                ),
+                parse_sink(receiver.url, timeout=2.0),
+            )
+        )
+    assert (stats.acked, stats.dead, stats.retried) == (4, 4, 6)
+    rows = {str(r["message_id"]): r for r in box.rows()}
+    for message_id, status in zip(sent, asked, strict=True):
+        row = rows[message_id]
+        assert row["attempts"] == 1
+        if status in ACKED:
+            assert row["state"] == "delivered" and row["last_error"] is None
+        elif status in FINAL:
+            assert row["state"] == "dead" and row["last_error"] == f"HTTP {status}"
+        else:  # retried later: pending, backing off, the failure recorded
+            assert row["state"] == "pending" and row["claimed_by"] is None
+            assert row["available_at"] >= row["claimed_at"]
+            expected = "ReadTimeout" if status == "hang" else f"HTTP {status}"
+            assert expected in row["last_error"]
+    # Each request named its message, as the Idempotency-Key and in the body.
+    assert len(receiver.requests) == len(asked)
+    for headers, body in receiver.requests:
+        assert headers["Idempotency-Key"] == body["message_id"]
+        assert headers["Content-Type"] == "application/json"
+    assert {body["message_id"] for _, body in receiver.requests} == set(sent)
+
+
+def test_a_refused_connection_is_retried(migrated_db):
+    slow_backoff(migrated_db)
+    box = Outbox.make(migrated_db)
+    box.commit("hook.down", [{"n": 1}])
+    with http_receiver() as receiver:
+        url = receiver.url
+    # the receiver is gone: nothing listens on its port any more
+    stats = asyncio.run(
+        run(Config(dsn=migrated_db, once=True, handle_signals=False), parse_sink(url, 1.0))
+    )
+    assert (stats.acked, stats.retried) == (0, 1)
+    [row] = box.rows()
+    assert row["state"] == "pending" and "ConnectError" in row["last_error"]

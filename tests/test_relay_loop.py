@@ -1,0 +1,65 @@
+"""The relay's settle step: a claim lost meanwhile (the lease ran out and another relay
+took the message over) is refused by the database and skipped; the batch's other acks
+stand. And the subject a topic makes on NATS."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from agentkeel.relay import Config, Relay
+from agentkeel.relay.sinks import ACK, StdoutSink, subject_for
+from relay_services import Outbox
+
+
+def test_a_lost_claim_is_skipped_and_the_other_acks_stand(migrated_db):
+    box = Outbox.make(migrated_db)
+    sent = box.commit("lost.claim", [1, 2, 3])
+
+    async def scenario() -> tuple[Relay, str]:
+        relay = Relay(
+            Config(
+                dsn=migrated_db,
+                name="slow-relay",
+                lease=timedelta(milliseconds=200),
+                handle_signals=False,
+            ),
+            StdoutSink(),
+        )
+        relay.conn = await relay.connect()
+        try:
+            messages = await relay.claim()
+            assert sorted(str(m.message_id) for m in messages) == sorted(sent)
+            await asyncio.sleep(0.5)  # the claims expire; another relay takes one over
+            async with await psycopg.AsyncConnection.connect(migrated_db, autocommit=True) as other:
+                cur = await other.execute(
+                    "select message_id from keel.claim_outbox('fast-relay', 1, '1 minute')"
+                )
+                row = await cur.fetchone()
+                assert row is not None
+            await relay.settle(messages, [ACK] * len(messages), 1)
+        finally:
+            await relay.conn.close()
+        return relay, str(row[0])
+
+    relay, taken = asyncio.run(scenario())
+    assert (relay.stats.acked, relay.stats.claims_lost) == (2, 1)
+    rows = {str(r["message_id"]): r for r in box.rows()}
+    assert rows[taken]["state"] == "pending" and rows[taken]["claimed_by"] == "fast-relay"
+    assert all(rows[m]["state"] == "delivered" for m in sent if m != taken)
+
+
+@pytest.mark.parametrize(
+    ("topic", "subject"),
+    [
+        ("orders.created", "keel.orders.created"),
+        ("a:b/c-d_e", "keel.a:b/c-d_e"),
+        ("a..b", None),
+        ("trailing.", None),
+    ],
+)
+def test_the_subject_of_a_topic(topic, subject):
+    assert subject_for("keel", topic) == subject

@@ -1,0 +1,350 @@
+"""Where the relay delivers: NATS JetStream, an HTTP endpoint, a file of JSON lines, stdout.
+
+A sink turns each claimed message into an Outcome: ``ack`` once the destination confirmed
+it (JetStream's PubAck, a 2xx answer, the line fsynced), ``retry`` when it may work later
+(broker down, timeout, 5xx, 408, 429), ``dead`` when it never will (any other 4xx, a topic
+that makes no valid subject), ``release`` when the relay is stopping and the message was
+not sent. Every destination is given the message id to drop duplicates by: JetStream's
+``Nats-Msg-Id`` header, HTTP's ``Idempotency-Key``, the ``message_id`` of each record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from agentkeel.exitcodes import AgentkeelError, ExitCode
+
+Kind = Literal["ack", "retry", "dead", "release"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One claimed outbox row (keel.claim_outbox)."""
+
+    tenant_id: uuid.UUID
+    message_id: uuid.UUID
+    topic: str
+    message_key: str | None
+    payload: Any
+    headers: dict[str, Any]
+    created_at: datetime
+    attempts: int
+    claim_token: int
+    task_id: uuid.UUID | None = None
+    event_seq: int | None = None
+    position: int | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Message:
+        return cls(
+            tenant_id=row["tenant_id"],
+            message_id=row["message_id"],
+            topic=row["topic"],
+            message_key=row.get("message_key"),
+            payload=row.get("payload"),
+            headers=dict(row.get("headers") or {}),
+            created_at=row["created_at"],
+            attempts=int(row.get("attempts") or 0),
+            claim_token=int(row["claim_token"]),
+            task_id=row.get("task_id"),
+            event_seq=row.get("event_seq"),
+            position=row.get("position"),
+        )
+
+    def record(self) -> dict[str, Any]:
+        """What every sink delivers: the same JSON object everywhere."""
+        return {
+            "message_id": str(self.message_id),
+            "tenant_id": str(self.tenant_id),
+            "topic": self.topic,
+            "key": self.message_key,
+            "headers": self.headers,
+            "payload": self.payload,
+            "created_at": self.created_at.isoformat(),
+            "task_id": None if self.task_id is None else str(self.task_id),
+            "event_seq": self.event_seq,
+            "position": self.position,
+        }
+
+    def body(self) -> bytes:
+        return json.dumps(self.record(), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: Kind
+    error: str | None = None
+
+
+ACK = Outcome("ack")
+RELEASE = Outcome("release")
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+class Sink:
+    """A destination. publish_batch is what the relay calls; subclasses give publish (one
+    message, run up to ``concurrency`` at a time) or override publish_batch."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Prepare; must not fail because the destination is down (that is a retry)."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def publish(self, message: Message) -> Outcome:
+        raise NotImplementedError
+
+    async def publish_batch(
+        self, messages: Sequence[Message], concurrency: int, stopping: Callable[[], bool]
+    ) -> list[Outcome]:
+        """Publish up to ``concurrency`` at once. Once ``stopping()`` is true, messages not
+        yet started are released; those in flight finish."""
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(message: Message) -> Outcome:
+            async with gate:
+                if stopping():
+                    return RELEASE
+                try:
+                    return await self.publish(message)
+                except Exception as error:  # a sink bug or an unexpected failure: retry later
+                    return Outcome("retry", _describe(error))
+
+        return list(await asyncio.gather(*(one(m) for m in messages)))
+
+
+class FileSink(Sink):
+    """JSON lines appended to a file, fsynced before any of them is acked. The file is
+    opened for each batch (so it may be rotated by renaming) and created if missing."""
+
+    def __init__(self, url: str, path: Path) -> None:
+        self.url = url
+        self.path = path
+
+    def _write(self, lines: bytes) -> None:
+        with open(self.path, "ab") as f:
+            f.write(lines)
+            f.flush()
+            os.fsync(f.fileno())
+
+    async def publish_batch(
+        self, messages: Sequence[Message], concurrency: int, stopping: Callable[[], bool]
+    ) -> list[Outcome]:
+        if not messages:
+            return []
+        lines = b"".join(m.body() + b"\n" for m in messages)
+        try:
+            await asyncio.to_thread(self._write, lines)
+        except OSError as error:
+            failed = Outcome("retry", f"file {self.path}: {_describe(error)}")
+            return [failed] * len(messages)
+        return [ACK] * len(messages)
+
+
+class StdoutSink(Sink):
+    """JSON lines on standard output (logs go to stderr)."""
+
+    url = "-"
+
+    async def publish_batch(
+        self, messages: Sequence[Message], concurrency: int, stopping: Callable[[], bool]
+    ) -> list[Outcome]:
+        try:
+            sys.stdout.buffer.write(b"".join(m.body() + b"\n" for m in messages))
+            sys.stdout.buffer.flush()
+        except OSError as error:
+            return [Outcome("retry", f"stdout: {_describe(error)}")] * len(messages)
+        return [ACK] * len(messages)
+
+
+# 4xx answers that mean "try again later"; every other 4xx is final.
+RETRYABLE_4XX = frozenset({408, 429})
+
+
+def http_outcome(status: int) -> Outcome:
+    """What an HTTP status means for a message."""
+    if 200 <= status < 300:
+        return ACK
+    if 400 <= status < 500 and status not in RETRYABLE_4XX:
+        return Outcome("dead", f"HTTP {status}")
+    return Outcome("retry", f"HTTP {status}")
+
+
+class HttpSink(Sink):
+    """POST each record as JSON, with ``Idempotency-Key: <message id>``."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.client: Any = None
+
+    async def open(self) -> None:
+        import httpx
+
+        self.client = httpx.AsyncClient(timeout=self.timeout, follow_redirects=False)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+    async def publish(self, message: Message) -> Outcome:
+        import httpx
+
+        try:
+            response = await self.client.post(
+                self.url,
+                content=message.body(),
+                headers={
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": str(message.message_id),
+                    "Keel-Topic": message.topic,
+                },
+            )
+        except httpx.HTTPError as error:  # timeouts, refused connections, protocol errors
+            return Outcome("retry", _describe(error))
+        return http_outcome(response.status_code)
+
+
+def subject_for(prefix: str, topic: str) -> str | None:
+    """The JetStream subject of a topic, or None when it would not be a valid one."""
+    subject = f"{prefix}.{topic}"
+    tokens = subject.split(".")
+    if any(not t or t in ("*", ">") or any(c.isspace() for c in t) for t in tokens):
+        return None
+    return subject
+
+
+class NatsSink(Sink):
+    """JetStream publish to ``<prefix>.<topic>`` with ``Nats-Msg-Id: <message id>``; acked
+    in the database only after the stream's PubAck. A stream must capture the subjects
+    (with a duplicate window longer than a lease): without one the publish has no
+    responder and is retried."""
+
+    def __init__(self, url: str, server: str, prefix: str, timeout: float) -> None:
+        self.url = url
+        self.server = server
+        self.prefix = prefix
+        self.timeout = timeout
+        self.nc: Any = None
+        self.js: Any = None
+        self.lock = asyncio.Lock()
+
+    async def _connected(self) -> Any:
+        import nats
+
+        async with self.lock:
+            if self.nc is None or self.nc.is_closed:
+
+                async def quiet(error: Exception) -> None:
+                    pass  # every failed publish is logged by the relay with its error
+
+                self.nc = await asyncio.wait_for(
+                    nats.connect(
+                        servers=[self.server],
+                        connect_timeout=self.timeout,
+                        allow_reconnect=True,
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=0.5,
+                        error_cb=quiet,
+                        name="agentkeel-relay",
+                    ),
+                    timeout=self.timeout + 1,
+                )
+                self.js = self.nc.jetstream(timeout=self.timeout)
+        return self.js
+
+    async def close(self) -> None:
+        if self.nc is not None and not self.nc.is_closed:
+            # closing a connection to a broker that is gone may fail: nothing to do then
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.close(), timeout=self.timeout)
+
+    async def publish_batch(
+        self, messages: Sequence[Message], concurrency: int, stopping: Callable[[], bool]
+    ) -> list[Outcome]:
+        """Connect once for the batch: with the broker down, every message is retried
+        after one connection attempt, not one each."""
+        try:
+            await self._connected()
+        except Exception as error:
+            return [Outcome("retry", f"nats: {_describe(error)}")] * len(messages)
+        return await super().publish_batch(messages, concurrency, stopping)
+
+    async def publish(self, message: Message) -> Outcome:
+        subject = subject_for(self.prefix, message.topic)
+        if subject is None:
+            return Outcome(
+                "dead", f"topic {message.topic!r} makes no valid NATS subject under {self.prefix}"
+            )
+        try:
+            js = await self._connected()
+            await js.publish(
+                subject,
+                message.body(),
+                timeout=self.timeout,
+                headers={"Nats-Msg-Id": str(message.message_id)},
+            )
+        except Exception as error:  # no responders, timeouts, disconnections, API errors
+            return Outcome("retry", f"nats: {_describe(error)}")
+        return ACK
+
+
+def bad_sink(url: str, why: str) -> AgentkeelError:
+    return AgentkeelError(
+        f"bad sink URL {url!r}: {why} (expected nats://host:port/subject.prefix, "
+        "http(s)://host/path, file:PATH or -)",
+        ExitCode.USAGE,
+    )
+
+
+def parse_sink(url: str, timeout: float = 5.0) -> Sink:
+    """The sink a URL names; AgentkeelError(USAGE) in one line when it names none."""
+    if url == "-":
+        return StdoutSink()
+    if url.startswith("file:"):
+        rest = url[len("file:") :]
+        if rest.startswith("//"):
+            parts = urlsplit(url)
+            if parts.netloc not in ("", "localhost"):
+                raise bad_sink(url, "a file URL names no remote host")
+            rest = unquote(parts.path)
+        if not rest:
+            raise bad_sink(url, "file: needs a path")
+        return FileSink(url, Path(rest))
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as error:
+        raise bad_sink(url, str(error)) from error
+    if parts.scheme in ("http", "https"):
+        if not parts.hostname:
+            raise bad_sink(url, "no host")
+        return HttpSink(url, timeout)
+    if parts.scheme in ("nats", "tls"):
+        if not parts.hostname:
+            raise bad_sink(url, "no host")
+        prefix = parts.path.strip("/")
+        if not prefix or subject_for(prefix, "x") is None:
+            raise bad_sink(url, "needs a subject prefix as its path, e.g. /keel.outbox")
+        if parts.query or parts.fragment:
+            raise bad_sink(url, "no query or fragment")
+        netloc = parts.netloc if port else f"{parts.netloc}:4222"
+        return NatsSink(url, f"{parts.scheme}://{netloc}", prefix, timeout)
+    raise bad_sink(url, f"unknown scheme {parts.scheme!r}" if parts.scheme else "no scheme")
