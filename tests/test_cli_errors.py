@@ -126,7 +126,14 @@ def test_migrate_status_exits_refused_on_drift_and_has_json(migrated_db):
 
 def test_bench_ignores_agentkeel_dsn_and_uses_an_embedded_cluster():
     result = run_agentkeel(
-        "bench", "--rows", "50", "--repeats", "1", env={"AGENTKEEL_DSN": UNREACHABLE}
+        "bench",
+        "--workload",
+        "policy",
+        "--rows",
+        "50",
+        "--repeats",
+        "1",
+        env={"AGENTKEEL_DSN": UNREACHABLE},
     )
     assert result.returncode == ExitCode.OK, result.stderr
     assert "agent, signed token, keel.list_tasks page" in result.stdout

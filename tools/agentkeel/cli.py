@@ -409,7 +409,7 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
 # -- bench ------------------------------------------------------------------------
 
 
-@main.command(short_help="Measure the guarded paths against plain SQL, and the policy cost.")
+@main.command(short_help="Measure the guarded paths against plain SQL.")
 @click.option(
     "--dsn",
     default=None,
