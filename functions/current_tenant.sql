@@ -4,6 +4,7 @@
 -- trusted path costs almost nothing per row.
 -- agentkeel:requires functions/verify_tenant_token.sql
 -- agentkeel:requires functions/context_stamp.sql
+-- agentkeel:requires functions/trusted_session.sql
 create or replace function keel.current_tenant()
 returns uuid
 language sql
@@ -20,12 +21,10 @@ return (
             then null
         -- Trusted server code (keel_app, keel_worker, keel_owner) sets the plain context.
         -- Every other session, keel_agent above all, must present a signed token: a plain
-        -- keel.tenant_id is ignored. session_user decides, so SET ROLE cannot promote an
-        -- untrusted login, and SECURITY DEFINER functions see the caller's context.
-        when
-            pg_catalog.pg_has_role(session_user, 'keel_app', 'member')
-            or pg_catalog.pg_has_role(session_user, 'keel_worker', 'member')
-            or pg_catalog.pg_has_role(session_user, 'keel_owner', 'member')
+        -- keel.tenant_id is ignored. session_user decides (keel.trusted_session), so SET
+        -- ROLE cannot promote an untrusted login, and SECURITY DEFINER functions see the
+        -- caller's context.
+        when keel.trusted_session()
             -- A malformed id fails the cast (22P02): closed, never another tenant.
             then nullif(pg_catalog.current_setting('keel.tenant_id', true), '')::uuid
         when coalesce(pg_catalog.current_setting('keel.tenant_token', true), '') = '' then null

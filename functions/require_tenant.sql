@@ -1,4 +1,13 @@
 -- Tenant isolation (G1): every API call names one tenant, and it must be the context's.
+-- A trusted login (keel.trusted_session: keel_app, keel_worker, keel_owner) that has set
+-- no context in this transaction gets the tenant it names: one statement, one round trip.
+-- That grants nothing it did not have: such a login may SET LOCAL any tenant itself, so
+-- for it the context was never a credential, only a consistency check between two values
+-- it chose. The check stays wherever it means something: a transaction that has a
+-- context (set by the caller, by an earlier call, or by a claim) refuses any other
+-- tenant (42K06), so one transaction still acts for one tenant; an agent still needs its
+-- signed token (42K01 without it); table reads without a context still see nothing; and
+-- the adopted context is SET LOCAL, so it ends with the transaction.
 -- Volatile, because it then sets the verified tenant as the transaction's plain context
 -- (keel.set_tenant_context) so that worker nodes of a Citus cluster, which trust only
 -- keel.tenant_id, see exactly the tenant verified here. A non-volatile PL/pgSQL function
@@ -15,11 +24,15 @@ begin
     if p_tenant_id is null then
         raise exception using errcode = '22K01', message = 'tenant id is required';
     end if;
+    if v_context is null and keel.trusted_session() then
+        perform keel.set_tenant_context(p_tenant_id);
+        return p_tenant_id;
+    end if;
     if v_context is null then
         raise exception using
             errcode = '42K01',
             message = 'no tenant context in this transaction',
-            hint = 'In this transaction: SET LOCAL keel.tenant_id (trusted roles) or set_config(''keel.tenant_token'', $1, true) (agents), then select keel.bind_tenant_context(); the agentkeel client does this per call.';
+            hint = 'This login is not trusted server code: in this transaction, set_config(''keel.tenant_token'', $1, true) with its signed tenant token, then select keel.bind_tenant_context(); the agentkeel client does this per call.';
     end if;
     if v_context <> p_tenant_id then
         raise exception using
@@ -38,4 +51,4 @@ end;
 $$;
 
 comment on function keel.require_tenant(uuid) is
-'Raises tenant_context_missing (42K01) without a context, tenant_context_mismatch (42K06) when p_tenant_id is another tenant; returns the tenant, after setting it as the transaction''s plain context (keel.set_tenant_context: SET LOCAL keel.tenant_id and the stamp) so that Citus worker nodes see the verified tenant. Called first by every SECURITY DEFINER API function.';
+'Raises tenant_context_missing (42K01) when an untrusted login (not keel.trusted_session) has no verified context, tenant_context_mismatch (42K06) when the transaction has a context and p_tenant_id is another tenant; a trusted login without a context gets p_tenant_id as its context. Returns the tenant, after setting it as the transaction''s plain context (keel.set_tenant_context: SET LOCAL keel.tenant_id and the stamp) so that Citus worker nodes see the verified tenant. Called first by every SECURITY DEFINER API function.';

@@ -23,6 +23,7 @@ grant select on keel.settings, keel.redaction_rules to keel_app, keel_worker;
 -- Evaluated inside the RLS policies, so every role that reads needs them.
 grant execute on function
 keel.current_tenant(),
+keel.trusted_session(),
 keel.context_stamp(),
 keel.verify_tenant_token(text),
 keel.error_codes()

@@ -125,13 +125,25 @@ def break_function(dsn: str, file: str, *mutations: tuple[str, str, int]) -> Non
 # report the guarantee the mutation breaks, naming a test that caught it. A guarantee
 # given as "G5+G1+G2" must fail (G5), and only tests of those guarantees may fail.
 MUTATIONS = {
-    "G1: plain_tenant_id, current_tenant trusts a plain tenant id from any session": (
-        "current_tenant.sql",
+    "G1: plain_tenant_id, trusted_session trusts every login's plain tenant id": (
+        "trusted_session.sql",
         [(r"pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\)", "true", 1)],
         # The agent's token is then ignored too: tests of other guarantees that act as an
         # agent login (the actor test, the fairness attack) fail with it.
         "G1+G3+G5",
         "test_a_plain_tenant_id_is_ignored_for_the_agent",
+    ),
+    "G1: adopt_any_tenant, require_tenant lets a trusted call leave its context": (
+        "require_tenant.sql",
+        [
+            (
+                r"if v_context is null and keel.trusted_session\(\) then",
+                "if keel.trusted_session() then",
+                1,
+            )
+        ],
+        "G1",
+        "test_the_app_without_context_sees_nothing_and_acts_only_in_the_tenant_it_names",
     ),
     "G1: session_context, current_tenant honours a context left by an earlier transaction": (
         "current_tenant.sql",

@@ -552,8 +552,18 @@ SESSION_LEFTOVERS = {
 }
 
 
-def _sees_nothing_of(conn: psycopg.Connection, side: Side) -> None:
+def _sees_nothing_of(conn: psycopg.Connection, side: Side, other: Side | None = None) -> None:
+    """The leftover is not this transaction's context. An agent's call then has no context
+    at all (42K01). A trusted login's call runs in the tenant it names (keel.require_tenant)
+    and so sees no row of another: were the leftover honoured, naming `other` would be a
+    mismatch (42K06)."""
     assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+    if other is not None:
+        row = conn.execute(
+            "select count(*) from keel.get_task(%s, %s)", (other.tenant, side.task.task_id)
+        ).fetchone()
+        assert row == (0,)
+        return
     with pytest.raises(psycopg.Error) as info:
         conn.execute("select * from keel.get_task(%s, %s)", (side.tenant, side.task.task_id))
     assert info.value.sqlstate == "42K01"
@@ -565,7 +575,7 @@ def test_a_session_level_app_context_is_ignored_by_later_transactions(world, lef
     with suite_connect(world.app_dsn, autocommit=True) as conn:
         conn.execute(SESSION_LEFTOVERS[leftover](world.a.tenant))
         assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
-        _sees_nothing_of(conn, world.a)
+        _sees_nothing_of(conn, world.a, other=world.b)
 
 
 def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
@@ -579,15 +589,25 @@ def test_a_session_level_agent_token_is_ignored_by_later_transactions(world):
         _sees_nothing_of(conn, world.a)
 
 
-def test_the_app_without_context_sees_nothing_and_cannot_reserve(world):
-    """No mutation: require_tenant's null check has no planted bug yet."""
+def test_the_app_without_context_sees_nothing_and_acts_only_in_the_tenant_it_names(world):
+    """A trusted login's call with no context runs in the tenant it names, for that one
+    transaction (keel.require_tenant): one round trip. Its table reads without a context
+    see nothing, the adopted context ends with the transaction, and a transaction that
+    has a tenant refuses another (42K06).
+    Mutation: adopt_any_tenant."""
     with suite_connect(world.app_dsn, autocommit=True) as conn:
         assert conn.execute("select count(*) from keel.task_events").fetchone() == (0,)
-        with pytest.raises(psycopg.Error) as info:
-            conn.execute(
-                "select * from keel.reserve_operation(%s, null, 'k', 'a', 'h')", (world.a.tenant,)
-            )
-        assert info.value.sqlstate == "42K01"
+        row = conn.execute(
+            "select outcome from keel.reserve_operation(%s, null, 'adopted', 'a', 'h')",
+            (world.a.tenant,),
+        ).fetchone()
+        assert row == ("reserved",)
+        assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+        assert conn.execute("select count(*) from keel.operations").fetchone() == (0,)
+        with pytest.raises(psycopg.Error) as info, conn.transaction():
+            conn.execute("select * from keel.get_task(%s, %s)", (world.a.tenant, uuid.uuid4()))
+            conn.execute("select * from keel.get_task(%s, %s)", (world.b.tenant, uuid.uuid4()))
+        assert info.value.sqlstate == "42K06"
 
 
 def test_a_malformed_app_context_fails_closed(world):

@@ -1,8 +1,11 @@
 """A thin typed client over the keel function API (psycopg 3).
 
-Every call runs in a transaction (a savepoint inside yours) that first sets the
-tenant context for that transaction alone, so a pooled connection never carries it into
-the next one. A tenant token is a credential: it is sent only as a bind parameter,
+Every call is one statement. On a trusted connection in autocommit it runs on its own,
+one round trip: the function takes the tenant it names as the context of that
+statement's transaction. Otherwise (an agent's token, or a transaction of yours open) it
+runs in a transaction (a savepoint inside yours) that first sets the tenant context for
+that transaction alone. Either way a pooled connection never carries a context into the
+next transaction. A tenant token is a credential: it is sent only as a bind parameter,
 never in query text (which pg_stat_activity shows to every session of the same
 login). Database errors with an agentkeel SQLSTATE are raised as the
 matching agentkeel.errors class.
@@ -268,6 +271,21 @@ class Keel:
                 set_tenant_context(self.conn, tenant_id)
             yield self.conn
 
+    @contextmanager
+    def call_in(self, tenant_id: uuid.UUID | None) -> Iterator[psycopg.Connection]:
+        """Where one API call (one statement) runs. On a trusted connection (no tenant
+        token) in autocommit with no transaction open: as a statement of its own, one round
+        trip; the function takes the tenant it names as the context of that statement's
+        transaction (keel.require_tenant). Otherwise in self.transaction(tenant_id): a
+        transaction, or a savepoint inside yours, that sets the context first."""
+        idle = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if self.tenant_token is None and self.conn.autocommit and idle:
+            with keel_errors():
+                yield self.conn
+            return
+        with self.transaction(tenant_id) as conn:
+            yield conn
+
     def _call(
         self,
         function: str,
@@ -286,7 +304,7 @@ class Keel:
                 for name in named
             ),
         )
-        with self.transaction(tenant_id) as conn:
+        with self.call_in(tenant_id) as conn:
             cur = conn.cursor(row_factory=dataclass_row(cls))
             return cur.execute(query, [_adapt(v) for v in named.values()]).fetchall()
 
@@ -307,7 +325,7 @@ class Keel:
 
     def mint_tenant_token(self, tenant_id: uuid.UUID, ttl: timedelta | None = None) -> str:
         """A signed token an agent session uses as its tenant context (G1)."""
-        with self.transaction(tenant_id) as conn:
+        with self.call_in(tenant_id) as conn:
             args: list[Any] = [tenant_id] if ttl is None else [tenant_id, ttl]
             query = (
                 "select keel.mint_tenant_token(%s)"
@@ -336,7 +354,7 @@ class Keel:
         extra = ", p_terminal_states => %s" if terminal_states is not None else ""
         if terminal_states is not None:
             args.append(list(terminal_states))
-        with self.transaction(None) as conn:
+        with self.call_in(None) as conn:
             row = conn.execute(
                 f"select keel.define_workflow(%s, %s, %s, %s, %s{extra})", args
             ).fetchone()
@@ -454,7 +472,7 @@ class Keel:
         item takes transition_task's arguments by name (task_id, expected_version, to_state,
         fencing_token, payload, outbox, ...) and keeps every guarantee of the single call;
         a refused item wrote nothing and says why, the others are unaffected."""
-        with self.transaction(tenant_id) as conn:
+        with self.call_in(tenant_id) as conn:
             rows = conn.execute(
                 "select item, task_id, refused_sqlstate, refused_message, state, state_version,"
                 " fencing_token"
@@ -555,7 +573,7 @@ class Keel:
         item takes reserve_operation's arguments by name (idempotency_key, action,
         input_hash, task_id, fencing_token, ...) and keeps every guarantee of the single
         call; a refused item (idempotency_conflict, lease_lost, ...) changed nothing."""
-        with self.transaction(tenant_id) as conn:
+        with self.call_in(tenant_id) as conn:
             rows = conn.execute(
                 "select item, idempotency_key, refused_sqlstate, refused_message, outcome,"
                 " operation_id, state,"
@@ -646,7 +664,7 @@ class Keel:
         )
 
     def ack_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID, claim_token: int) -> None:
-        with self.transaction(None) as conn:
+        with self.call_in(None) as conn:
             conn.execute("select keel.ack_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token))
 
     def nack_outbox(
@@ -672,7 +690,7 @@ class Keel:
         )
 
     def release_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID, claim_token: int) -> None:
-        with self.transaction(None) as conn:
+        with self.call_in(None) as conn:
             conn.execute(
                 "select keel.release_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token)
             )
@@ -710,7 +728,7 @@ class Keel:
     def inbox_accept(self, tenant_id: uuid.UUID, consumer: str, message_id: uuid.UUID) -> bool:
         """True the first time this consumer accepts the id, False for a duplicate. Call it
         inside the transaction that applies the effect (``with keel.transaction(tenant)``)."""
-        with self.transaction(tenant_id) as conn:
+        with self.call_in(tenant_id) as conn:
             row = conn.execute(
                 "select keel.inbox_accept(%s, %s, %s)", (tenant_id, consumer, message_id)
             ).fetchone()

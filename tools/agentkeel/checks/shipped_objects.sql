@@ -59,6 +59,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.tenant_token_signature(integer,text)'),
     ('function', 'keel.transition_task(uuid,uuid,bigint,text,bigint,text,jsonb,jsonb,text,text,text,boolean,timestamp with time zone)'),
     ('function', 'keel.transition_tasks(uuid,jsonb)'),
+    ('function', 'keel.trusted_session()'),
     ('function', 'keel.uuid_v7()'),
     ('function', 'keel.verify_tenant_token(text)'),
     ('index', 'keel.inbox_pkey'),
