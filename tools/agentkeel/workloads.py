@@ -268,6 +268,13 @@ def _clear(world: World, vacuum: bool = True) -> None:
         owner.execute(sql.SQL("vacuum analyze {}.jobs").format(sql.Identifier(world.floor)))
 
 
+def _analyze(world: World) -> None:
+    """Fresh statistics on both sides after loading, as autovacuum would soon have them."""
+    with psycopg.connect(world.dsn, autocommit=True) as owner:
+        owner.execute("analyze keel.tasks")
+        owner.execute(sql.SQL("analyze {}.jobs").format(sql.Identifier(world.floor)))
+
+
 # claim + complete ---------------------------------------------------------------------------
 
 KEEL_CLAIM = (
@@ -293,13 +300,10 @@ where tenant_id = %s and id = %s and token = %s and lease_expires_at > now()
 """
 
 
-def _transaction_in(
-    conn: psycopg.Connection, tenant: uuid.UUID, query: str, params: tuple[Any, ...]
-) -> Any:
-    """The client's shape of a tenant call: one transaction, its context, the call."""
-    with conn.transaction():
-        _context(conn, tenant)
-        return conn.execute(query.encode(), params).fetchone()
+def _call(conn: psycopg.Connection, query: str, params: tuple[Any, ...]) -> Any:
+    """The client's shape of a trusted call: one statement in autocommit, which takes the
+    tenant it names as its context (keel.require_tenant)."""
+    return conn.execute(query.encode(), params).fetchone()
 
 
 def _claim_complete_op(world: World, side: Side, index: int) -> Op:
@@ -323,7 +327,7 @@ def _claim_complete_op(world: World, side: Side, index: int) -> Op:
         if row is None:
             return 0
         tenant, task, version, token = row
-        _transaction_in(conn, tenant, KEEL_DONE, (tenant, task, version, token))
+        _call(conn, KEEL_DONE, (tenant, task, version, token))
         return 1
 
     return keel_op
@@ -396,9 +400,7 @@ def _transition_op(world: World, side: Side, index: int) -> Op:
 
     def keel_op(conn: psycopg.Connection) -> int:
         to = state["to"]
-        row = _transaction_in(
-            conn, tenant, KEEL_MOVE, (tenant, job, state["version"], to, PAYLOAD, OUTBOX)
-        )
+        row = _call(conn, KEEL_MOVE, (tenant, job, state["version"], to, PAYLOAD, OUTBOX))
         state["version"] = row[0]
         state["to"] = "b" if to == "a" else "a"
         return 1
@@ -440,7 +442,7 @@ def _reserve_op(world: World, side: Side, index: int) -> Op:
 
     def keel_op(conn: psycopg.Connection) -> int:
         k, h = key()
-        _transaction_in(conn, tenant, KEEL_RESERVE, (tenant, k, h))
+        _call(conn, KEEL_RESERVE, (tenant, k, h))
         return 1
 
     return floor_op if side == "floor" else keel_op
@@ -575,6 +577,7 @@ def run(
                         if finished_rows:
                             _load_jobs(world, side, finished_rows, state="done")
                         workload.load(world, side, rows_for(duration, n))
+                        _analyze(world)
                         label = f"{name} x{n} {side} {repeat + 1}/{repeats}"
 
                         def tick(
