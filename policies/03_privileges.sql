@@ -54,6 +54,7 @@ to keel_app;
 -- keel_worker: claims across tenants, then works inside the claimed one.
 grant execute on function
 keel.claim_next_task(text, interval, text),
+keel.claim_next_tasks(text, integer, interval, text),
 keel.claim_lease(uuid, uuid, text, interval),
 keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text)
 to keel_worker;

@@ -1,4 +1,4 @@
-"""The Citus variant of keel.claim_next_task (tools/agentkeel/citus/claim_next_task.sql,
+"""The Citus variant of keel.claim_next_tasks (tools/agentkeel/citus/claim_next_tasks.sql,
 installed by `agentkeel distribute`), run on PostgreSQL alone: the unlocked candidate scan
 plus per-tenant SKIP LOCKED claim must keep the shipped claim's contract, and it refuses
 (55K20), never returns nothing, when its SET LOCAL settings would not reach the workers.
@@ -63,7 +63,8 @@ def _tasks(dsn: str, per_tenant: list[int]) -> list[tuple[uuid.UUID, list[uuid.U
 def test_it_is_the_installed_variant(variant_db):
     with psycopg.connect(variant_db) as conn:
         row = conn.execute(
-            "select obj_description('keel.claim_next_task(text, interval, text)'::regprocedure)"
+            "select obj_description("
+            "'keel.claim_next_tasks(text, integer, interval, text)'::regprocedure)"
         ).fetchone()
     assert row is not None and row[0].startswith("Citus variant")
 

@@ -233,8 +233,8 @@ MUTATIONS = {
         "test_events_name_the_login_and_keep_the_callers_label_apart",
     ),
     "G5: claim_window, a claim that gives up on locked rows": (
-        "claim_next_task.sql",
-        [(r"for update skip locked;", "for update nowait;", 1)],
+        "claim_next_tasks.sql",
+        [(r"for update skip locked", "for update nowait", 1)],
         "G5",
         "test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim",
     ),

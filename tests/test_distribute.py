@@ -127,7 +127,7 @@ def test_the_script_is_one_transaction_in_the_order_citus_needs(layout):
         "select create_reference_table(",
         "select create_distributed_table('keel.tenants', 'tenant_id');",
         " add constraint ",
-        "create or replace function keel.claim_next_task(",
+        "create or replace function keel.claim_next_tasks(",
         "alter database ",
         "alter role keel_owner login;",
         "select run_command_on_workers('create table if not exists keel.tenant_token_keys",

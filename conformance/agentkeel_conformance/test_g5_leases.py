@@ -152,3 +152,61 @@ def test_lease_durations_are_validated(keel, tenant, new_task, lease):
     task = new_task()
     with pytest.raises(InvalidArgument):
         keel.claim_lease(tenant, task.task_id, "a", lease)
+
+
+def test_a_batch_claim_leases_the_oldest_due_tasks_each_with_its_own_token(
+    worker_keel, connect, make_tenant, workflow
+):
+    """keel.claim_next_tasks: oldest first, each task once, each with its next fencing
+    token; a task of one tenant leaves that tenant as the context, tasks of two none.
+    No mutation: claim_window fails the concurrent batch test below; this one is order."""
+    keel = worker_keel
+    a, b = make_tenant(), make_tenant()
+    creator = Keel(connect(role="keel_app"))
+    made = [creator.create_task(t, workflow.name, workflow.version) for t in (a, b, a, b, a)]
+    first = keel.claim_next_tasks("batcher", 3, timedelta(minutes=5), workflow.name)
+    assert [t.task_id for t in first] == [m.task_id for m in made[:3]]
+    assert all(t.fencing_token == 1 and t.lease_owner == "batcher" for t in first)
+    rest = keel.claim_next_tasks("batcher", 10, timedelta(minutes=5), workflow.name)
+    assert [t.task_id for t in rest] == [m.task_id for m in made[3:]]
+    assert keel.claim_next_tasks("batcher", 10, workflow=workflow.name) == []
+    with pytest.raises(InvalidArgument):
+        keel.claim_next_tasks("batcher", 0, workflow=workflow.name)
+
+    conn = connect(role="keel_worker")
+    one, _ = (creator.create_task(t, workflow.name, workflow.version) for t in (a, b))
+    with conn.transaction():
+        got = conn.execute(
+            "select tenant_id from keel.claim_next_tasks('w', 1, '1 minute', %s)",
+            (workflow.name,),
+        ).fetchall()
+        assert got == [(a,)]
+        assert conn.execute("select keel.current_tenant()").fetchone() == (a,)
+    creator.release_lease(a, one.task_id, 1)
+    with conn.transaction():
+        got = conn.execute(
+            "select tenant_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
+            (workflow.name,),
+        ).fetchall()
+        assert sorted(str(r[0]) for r in got) == sorted([str(a), str(b)])
+        assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+
+
+def test_concurrent_batch_claimers_never_share_a_task(connect, workflow, new_task):
+    """Mutation: claim_window."""
+    tasks = {new_task().task_id for _ in range(60)}  # all due now
+    claimers = [Keel(connect(role="keel_worker")) for _ in range(4)]
+
+    def drain(client: Keel) -> list[tuple[Any, int]]:
+        got: list[tuple[Any, int]] = []
+        while batch := client.claim_next_tasks(
+            "batch-drainer", 7, timedelta(minutes=5), workflow.name
+        ):
+            got.extend((t.task_id, t.fencing_token) for t in batch)
+        return got
+
+    outcomes = race([functools.partial(drain, c) for c in claimers])
+    assert all(kind == "ok" for kind, _ in outcomes), outcomes
+    claimed = [task_id for _, got in outcomes for task_id, _ in got]
+    assert len(claimed) == len(set(claimed)), "a task was leased twice"
+    assert tasks <= set(claimed)

@@ -507,6 +507,23 @@ class Keel:
         )
         return rows[0] if rows else None
 
+    def claim_next_tasks(
+        self,
+        owner: str,
+        limit: int,
+        lease: timedelta | None = None,
+        workflow: str | None = None,
+    ) -> list[Task]:
+        """Lease up to `limit` of the longest-due tasks of any tenant, oldest first, each
+        with its own fencing token (one round trip); an empty list when nothing is due."""
+        return self._call(
+            "claim_next_tasks",
+            Task,
+            None,
+            {"owner": owner, "limit": limit},
+            {"lease": lease, "workflow": workflow},
+        )
+
     def renew_lease(
         self,
         tenant_id: uuid.UUID,

@@ -19,6 +19,7 @@ with shipped (kind, identity, grantee, privilege) as (
     ('function', 'keel.claim_lease(uuid,uuid,text,interval)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.claim_lease(uuid,uuid,text,interval)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.claim_next_task(text,interval,text)', 'keel_worker', 'EXECUTE'),
+    ('function', 'keel.claim_next_tasks(text,integer,interval,text)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.claim_outbox(text,integer,interval,text)', 'keel_relay', 'EXECUTE'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)', 'keel_agent', 'EXECUTE'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)', 'keel_app', 'EXECUTE'),

@@ -1,21 +1,23 @@
--- Leases with fencing (G5), on Citus: claim the next due task of any tenant.
+-- Leases with fencing (G5), on Citus: claim the next due tasks of any tenant, up to a limit.
 -- agentkeel:allow citus.tenant_filter (the candidate scan reads every tenant, without a lock)
--- Installed by `agentkeel distribute` in place of functions/claim_next_task.sql, whose
+-- Installed by `agentkeel distribute` in place of functions/claim_next_tasks.sql, whose
 -- single FOR UPDATE SKIP LOCKED over every tenant is a multi-shard row lock, which Citus
--- refuses (CITUS.md (b) 1, option 1). Callers do not change: same name, arguments, result.
+-- refuses (CITUS.md (b) 1, option 1). Callers do not change: same name, arguments, result;
+-- keel.claim_next_task (a limit of one) calls it unchanged.
 --   1. An unlocked candidate scan over every tenant, oldest wake_at first, a batch at a
 --      time (keyset pagination): a multi-shard SELECT without row locks.
 --   2. For each candidate, a claim in its tenant: FOR UPDATE SKIP LOCKED filtered by that
 --      one tenant_id (a router query), rechecking that the task is still due and unleased.
 -- A candidate someone else has locked or claimed meanwhile is skipped, never waited on;
--- the next batch is scanned until one is claimed or none is left, so a tenant holding
+-- the next batch is scanned until p_limit are claimed or none is left, so a tenant holding
 -- locks on any number of its due rows cannot keep the claim from another tenant's task.
 -- The scan flag and the tenant context are set by helpers called with PERFORM, one
 -- executor level below the client's statement, where Citus propagates SET LOCAL in
 -- autocommit too; when the settings say they would not be propagated at all, the claim
 -- refuses (settings_not_propagated, 55K20) instead of silently finding nothing.
-create or replace function keel.claim_next_task(
+create or replace function keel.claim_next_tasks(
     p_owner text,
+    p_limit integer default 100,
     p_lease interval default '30 seconds',
     p_workflow text default null
 )
@@ -37,8 +39,12 @@ declare
     v_after_task uuid := '00000000-0000-0000-0000-000000000000';
     v_tenant uuid;
     v_task keel.tasks;
+    v_claimed integer := 0;
+    v_claimed_tenant uuid;
+    v_claimed_tenants integer := 0;
 begin
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
+    perform keel.check_claim_limit(p_limit);
     if coalesce(current_setting('citus.propagate_set_commands', true), 'none') <> 'local'
         or coalesce(current_setting('citus.function_opens_transaction_block', true), 'on')
         <> 'on' then
@@ -85,18 +91,24 @@ begin
             for update skip locked;
             if found then
                 return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
-                return;
+                v_claimed := v_claimed + 1;
+                if v_tenant is distinct from v_claimed_tenant then
+                    v_claimed_tenant := v_tenant;
+                    v_claimed_tenants := v_claimed_tenants + 1;
+                end if;
+                exit when v_claimed >= p_limit;
             end if;
         end loop;
 
-        exit when array_length(v_tenants, 1) < v_batch;
+        exit when v_claimed >= p_limit or array_length(v_tenants, 1) < v_batch;
         v_after_wake := v_wakes[v_batch];
         v_after_tenant := v_tenants[v_batch];
         v_after_task := v_tasks[v_batch];
     end loop;
-    perform keel.set_tenant_context(null);  -- nothing claimed: no candidate's context stays
+    -- The claimed tasks' one tenant is the transaction's context; none or several: none.
+    perform keel.set_tenant_context(case when v_claimed_tenants = 1 then v_claimed_tenant end);
 end;
 $$;
 
-comment on function keel.claim_next_task(text, interval, text) is
-'Citus variant (installed by agentkeel distribute): leases the task of any tenant that has been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant and then a FOR UPDATE SKIP LOCKED claim within each candidate''s tenant. Rows locked by other transactions are skipped, so it returns a task whenever any unlocked due task exists. Sets the claimed task''s tenant as the transaction''s context. Returns no row when nothing claimable is due; refuses with settings_not_propagated (55K20) when its SET LOCAL settings would not reach the workers.';
+comment on function keel.claim_next_tasks(text, integer, interval, text) is
+'Citus variant (installed by agentkeel distribute): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant and then a FOR UPDATE SKIP LOCKED claim within each candidate''s tenant. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist. When every claimed task is of one tenant, that tenant is the transaction''s context; otherwise none. Returns no row when nothing claimable is due; refuses with settings_not_propagated (55K20) when its SET LOCAL settings would not reach the workers.';

@@ -1,0 +1,79 @@
+-- Leases with fencing (G5): claim the next due tasks of any tenant, up to a limit.
+-- agentkeel:allow citus.tenant_filter (the one cross-tenant claim, replaced on Citus)
+-- The one cross-tenant claim, and its fairness: a single FOR UPDATE SKIP LOCKED over the
+-- due index, oldest wake_at first. A row another transaction has locked is skipped, never
+-- waited on and never allowed to hide the rows behind it, so the claim makes progress
+-- whenever any unlocked due task exists, whoever holds locks on how many rows. Wake times
+-- are clamped to [now, now + max_wake_delay] when stored (keel.check_wake_at), so no
+-- tenant can queue ahead of work that is already due. keel.claim_next_task is this claim
+-- with a limit of one. A distributed deployment replaces this function (unlocked
+-- candidate scan, then a per-tenant SKIP LOCKED claim:
+-- tools/agentkeel/citus/claim_next_tasks.sql, installed by agentkeel distribute); callers
+-- do not change.
+create or replace function keel.claim_next_tasks(
+    p_owner text,
+    p_limit integer default 100,
+    p_lease interval default '30 seconds',
+    p_workflow text default null
+)
+returns setof keel.tasks
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_now timestamptz := clock_timestamp();
+    v_expires timestamptz;
+    v_tenant_ids uuid[];
+    v_task_ids uuid[];
+    v_task keel.tasks;
+    v_tenant uuid;
+    v_tenants integer := 0;
+begin
+    v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
+    perform keel.check_claim_limit(p_limit);
+
+    -- Only this statement sees and locks rows of every tenant (policies tasks_claim_scan
+    -- and tasks_claim_lock); the flag is off again before anything is written.
+    perform keel.set_claim_scan(true);
+    select
+        array_agg(c.tenant_id order by c.wake_at, c.tenant_id, c.task_id),
+        array_agg(c.task_id order by c.wake_at, c.tenant_id, c.task_id)
+    into v_tenant_ids, v_task_ids
+    from (
+        select t.tenant_id, t.task_id, t.wake_at
+        from keel.tasks as t
+        where t.wake_at <= v_now
+            and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
+            and (p_workflow is null or t.workflow = p_workflow)
+        order by t.wake_at
+        limit p_limit
+        for update skip locked
+    ) as c;
+    perform keel.set_claim_scan(false);
+    if v_task_ids is null then
+        return;  -- nothing due, or every due task is locked by someone else
+    end if;
+
+    -- Each lease in the context of its task's tenant (the update's row-level security).
+    for i in 1 .. array_length(v_task_ids, 1) loop
+        if v_tenant_ids[i] is distinct from v_tenant then
+            v_tenant := v_tenant_ids[i];
+            v_tenants := v_tenants + 1;
+            perform keel.set_tenant_context(v_tenant);
+        end if;
+        select t.* into v_task  -- locked above by this transaction
+        from keel.tasks as t
+        where t.tenant_id = v_tenant and t.task_id = v_task_ids[i];
+        return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
+    end loop;
+    if v_tenants > 1 then
+        -- Tasks of several tenants: no one of them is the transaction's tenant.
+        perform keel.set_tenant_context(null);
+    end if;
+end;
+$$;
+
+comment on function keel.claim_next_tasks(text, integer, interval, text) is
+'Leases up to p_limit (1 to settings.max_batch_items) of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, oldest first, each with its next fencing token. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist; concurrent claimers never wait on or share a task. When every claimed task is of one tenant, that tenant is the transaction''s context; tasks of several tenants leave no context. Returns no row when nothing claimable is due.';
