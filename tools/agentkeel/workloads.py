@@ -13,6 +13,7 @@ connection per worker thread.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -333,6 +334,47 @@ def _claim_complete_op(world: World, side: Side, index: int) -> Op:
     return keel_op
 
 
+# batch-100 claim + complete against the single-row floor --------------------------------
+
+BATCH = 100
+KEEL_CLAIM_BATCH = (
+    "select tenant_id, task_id, state_version, fencing_token"
+    " from keel.claim_next_tasks(%s, %s, '30 seconds', %s)"
+)
+KEEL_DONE_BATCH = (
+    "select count(*) filter (where refused_sqlstate is null)"
+    " from keel.transition_tasks(%s, %s::jsonb)"
+)
+
+
+def _batch_claim_complete_op(world: World, side: Side, index: int) -> Op:
+    """The keel side claims and completes BATCH tasks per pair of calls; the floor is the
+    single-row claim + complete, what the batch is meant to beat."""
+    if side == "floor":
+        return _claim_complete_op(world, side, index)
+    owner = f"bench-w{index}"
+
+    def keel_op(conn: psycopg.Connection) -> int:
+        rows = conn.execute(KEEL_CLAIM_BATCH.encode(), (owner, BATCH, world.workflow)).fetchall()
+        by_tenant: dict[Any, list[dict[str, Any]]] = {}
+        for tenant, task, version, token in rows:
+            by_tenant.setdefault(tenant, []).append(
+                {
+                    "task_id": str(task),
+                    "expected_version": version,
+                    "to_state": "done",
+                    "fencing_token": token,
+                }
+            )
+        done = 0
+        for tenant, items in by_tenant.items():
+            row = _call(conn, KEEL_DONE_BATCH, (tenant, json.dumps(items)))
+            done += int(row[0])
+        return done
+
+    return keel_op
+
+
 # transition with one event and one outbox row -----------------------------------------------
 
 KEEL_MOVE = (
@@ -458,6 +500,12 @@ WORKLOADS: dict[str, Workload] = {
             _claim_complete_op,
         ),
         Workload(
+            "batch-claim-complete",
+            "claim 100 due tasks and complete them in two calls, against the single-row floor",
+            lambda world, side, rows: _load_jobs(world, side, rows * (10 if side == "keel" else 1)),
+            _batch_claim_complete_op,
+        ),
+        Workload(
             "transition",
             "a version-checked transition writing one event and one outbox row",
             lambda world, side, rows: _load_jobs(world, side, 64),
@@ -482,7 +530,7 @@ WORKLOAD_NAMES = tuple(WORKLOADS)
 def _connection_dsn(world: World, workload: str, side: Side) -> str:
     if side == "floor":
         return world.dsn
-    return world.worker_dsn if workload == "claim-complete" else world.app_dsn
+    return world.worker_dsn if workload.endswith("claim-complete") else world.app_dsn
 
 
 def run_side(
