@@ -48,6 +48,11 @@ class WorkflowConflict(KeelError):
     name = "workflow_conflict"
 
 
+class CheckpointConflict(KeelError):
+    sqlstate = "23K10"
+    name = "checkpoint_conflict"
+
+
 class TenantContextMissing(KeelError):
     sqlstate = "42K01"
     name = "tenant_context_missing"
@@ -83,6 +88,21 @@ class InvalidTenantToken(KeelError):
     name = "invalid_tenant_token"
 
 
+class StepNotFound(KeelError):
+    sqlstate = "42K10"
+    name = "step_not_found"
+
+
+class DataKeyNotFound(KeelError):
+    sqlstate = "42K11"
+    name = "data_key_not_found"
+
+
+class CheckpointNotFound(KeelError):
+    sqlstate = "42K12"
+    name = "checkpoint_not_found"
+
+
 class StaleState(KeelError):
     sqlstate = "55K01"
     name = "stale_state"
@@ -116,6 +136,11 @@ class TaskNotClaimable(KeelError):
 class AppendOnlyViolation(KeelError):
     sqlstate = "55K07"
     name = "append_only_violation"
+
+
+class DataKeyDestroyed(KeelError):
+    sqlstate = "55K10"
+    name = "data_key_destroyed"
 
 
 ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}
