@@ -20,8 +20,6 @@ begin
          'The idempotency key was used before with a different input hash, action or task. The stored operation is unchanged.'),
         ('23K02', 'workflow_conflict',
          'The workflow version already exists with different states or edges. Workflow versions are immutable: define a new version.'),
-        ('23K10', 'checkpoint_conflict',
-         'The checkpoint id was saved before with another task or payload. The stored checkpoint is unchanged.'),
         ('42K01', 'tenant_context_missing',
          'No tenant context is set for this transaction: SET LOCAL keel.tenant_id (trusted roles) or keel.tenant_token (agents).'),
         ('42K02', 'unknown_tenant',
@@ -36,12 +34,8 @@ begin
          'The tenant argument differs from the tenant context of the transaction.'),
         ('42K07', 'invalid_tenant_token',
          'The tenant token is malformed, expired, signed with an unknown or retired key, or its signature does not verify.'),
-        ('42K10', 'step_not_found',
-         'The task has no such step, or the step has no open attempt: begin it with keel.begin_step first.'),
-        ('42K11', 'data_key_not_found',
-         'The tenant has no data key of that version.'),
-        ('42K12', 'checkpoint_not_found',
-         'No checkpoint with that id exists in the tenant.'),
+        ('42K15', 'session_not_found',
+         'No session with that id exists in the tenant: create it with keel.save_session first.'),
         ('55K01', 'stale_state',
          'The task''s state_version is not the expected one: another writer changed it first. Nothing was written.'),
         ('55K02', 'illegal_transition',
@@ -56,8 +50,10 @@ begin
          'The task is in a terminal state and cannot be leased.'),
         ('55K07', 'append_only_violation',
          'Task events are append-only: UPDATE and DELETE are refused, except by the retention purge (G4).'),
-        ('55K10', 'data_key_destroyed',
-         'The tenant''s data key of that version was destroyed (G10): what it encrypted can no longer be read or written.')
+        ('55K15', 'session_update_refused',
+         'A session write would replace a completed or failed outcome with a non-terminal one, or a newer attempt''s outcome with an older one. Nothing was written.'),
+        ('55K16', 'session_version_conflict',
+         'The session is not at the version the save expected: another writer saved first. Nothing was written.')
     ) as c (sqlstate, name, description)
     order by c.sqlstate;
 end;

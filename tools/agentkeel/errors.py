@@ -48,11 +48,6 @@ class WorkflowConflict(KeelError):
     name = "workflow_conflict"
 
 
-class CheckpointConflict(KeelError):
-    sqlstate = "23K10"
-    name = "checkpoint_conflict"
-
-
 class TenantContextMissing(KeelError):
     sqlstate = "42K01"
     name = "tenant_context_missing"
@@ -88,19 +83,9 @@ class InvalidTenantToken(KeelError):
     name = "invalid_tenant_token"
 
 
-class StepNotFound(KeelError):
-    sqlstate = "42K10"
-    name = "step_not_found"
-
-
-class DataKeyNotFound(KeelError):
-    sqlstate = "42K11"
-    name = "data_key_not_found"
-
-
-class CheckpointNotFound(KeelError):
-    sqlstate = "42K12"
-    name = "checkpoint_not_found"
+class SessionNotFound(KeelError):
+    sqlstate = "42K15"
+    name = "session_not_found"
 
 
 class StaleState(KeelError):
@@ -138,9 +123,14 @@ class AppendOnlyViolation(KeelError):
     name = "append_only_violation"
 
 
-class DataKeyDestroyed(KeelError):
-    sqlstate = "55K10"
-    name = "data_key_destroyed"
+class SessionUpdateRefused(KeelError):
+    sqlstate = "55K15"
+    name = "session_update_refused"
+
+
+class SessionVersionConflict(KeelError):
+    sqlstate = "55K16"
+    name = "session_version_conflict"
 
 
 ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}
