@@ -77,3 +77,20 @@ keel.reserve_operation(uuid, uuid, text, text, text, bigint, interval, text, tex
 keel.complete_operation(uuid, uuid, bigint, jsonb, text),
 keel.fail_operation(uuid, uuid, bigint, jsonb, boolean, text)
 to keel_app, keel_worker, keel_agent;
+
+-- Durable steps and checkpoints (G8): whoever acts on a task, fenced by its lease. The
+-- wrapped data keys are useless without the client's key provider; destroying them
+-- (keel.destroy_tenant_data_keys, G10) is the owner's alone.
+grant execute on function
+keel.begin_step(uuid, uuid, text, text, bigint, interval),
+keel.complete_step(uuid, uuid, text, bigint, jsonb, integer),
+keel.fail_step(uuid, uuid, text, bigint, jsonb, boolean, interval, integer),
+keel.list_step_attempts(uuid, uuid),
+keel.save_checkpoint(
+    uuid, uuid, uuid, bigint, text, integer, bytea, bytea, text, integer, text, interval
+),
+keel.latest_checkpoint(uuid, uuid, text),
+keel.invalidate_checkpoint(uuid, uuid, bigint),
+keel.tenant_data_key(uuid, integer),
+keel.add_tenant_data_key(uuid, bytea, text)
+to keel_app, keel_worker, keel_agent;

@@ -48,6 +48,11 @@ class WorkflowConflict(KeelError):
     name = "workflow_conflict"
 
 
+class CheckpointConflict(KeelError):
+    sqlstate = "23K10"
+    name = "checkpoint_conflict"
+
+
 class TenantContextMissing(KeelError):
     sqlstate = "42K01"
     name = "tenant_context_missing"
@@ -81,6 +86,21 @@ class TenantContextMismatch(KeelError):
 class InvalidTenantToken(KeelError):
     sqlstate = "42K07"
     name = "invalid_tenant_token"
+
+
+class StepNotFound(KeelError):
+    sqlstate = "42K10"
+    name = "step_not_found"
+
+
+class DataKeyNotFound(KeelError):
+    sqlstate = "42K11"
+    name = "data_key_not_found"
+
+
+class CheckpointNotFound(KeelError):
+    sqlstate = "42K12"
+    name = "checkpoint_not_found"
 
 
 class SessionNotFound(KeelError):
@@ -121,6 +141,11 @@ class TaskNotClaimable(KeelError):
 class AppendOnlyViolation(KeelError):
     sqlstate = "55K07"
     name = "append_only_violation"
+
+
+class DataKeyDestroyed(KeelError):
+    sqlstate = "55K10"
+    name = "data_key_destroyed"
 
 
 class SessionUpdateRefused(KeelError):
