@@ -1,6 +1,7 @@
 """A scripted five-step agent run on the agentkeel client, for the G8 crash test.
 
-    AGENTKEEL_DSN=... python -m agentkeel_conformance.ledger_agent --tenant T --task T --counter FILE
+    AGENTKEEL_DSN=... python -m agentkeel_conformance.ledger_agent \
+        --tenant T --task T --counter FILE
 
 It claims the task (waiting while another worker's lease is valid), resumes from the
 latest checkpoint if there is one, and runs steps 1-5. Each step's input is derived from
