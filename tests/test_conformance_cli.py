@@ -22,6 +22,8 @@ KEEL_TABLES = (
     "task_events",
     "operations",
     "outbox",
+    "sessions",
+    "session_updates",
     "workflows",
     "workflow_transitions",
     "workflow_states",
@@ -286,6 +288,12 @@ MUTATIONS = {
         # The G3 test of the same-transaction commit reads the rows too.
         "G6+G3",
         "test_racing_workers_keep_every_guarantee",
+    ),
+    "G3: session_terminal_overwritten, a running step update replaces a finished one": (
+        "record_session_update.sql",
+        [(r"elsif v_latest\.status in \('completed', 'failed'\) and ", "elsif false and ", 2)],
+        "G3",
+        "test_a_finished_step_is_never_replaced_by_a_running_update",
     ),
 }
 
