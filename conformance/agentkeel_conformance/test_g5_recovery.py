@@ -73,7 +73,7 @@ def stale_task(keel: Keel, tenant: uuid.UUID, wf: Workflow) -> tuple[Task, Task]
 
 
 def test_a_stale_task_is_taken_over_recorded_and_due_again(keel, connect, tenant, wf):
-    """No mutation: recover_locked_task has no planted bug (one mutation is spent on G3)."""
+    """No mutation: one entry is spent on G3; dropping the claim_locked_task call fails it."""
     task, dead = stale_task(keel, tenant, wf)
     wait_past(SHORT)
     (row,) = recover(connect(), wf, actor="test-recoverer")
@@ -115,7 +115,7 @@ def test_a_stale_task_is_taken_over_recorded_and_due_again(keel, connect, tenant
 
 
 def test_a_live_lease_is_never_recovered(keel, connect, owner_dsn, tenant, wf):
-    """No mutation: the expiry filter of lock_task_to_recover has no planted bug."""
+    """No mutation: dropping lock_task_to_recover's expiry filter fails it (tried by hand)."""
     task = keel.create_task(tenant, wf.name, wf.version)
     keel.claim_lease(tenant, task.task_id, "alive", timedelta(minutes=5))
     released = keel.create_task(tenant, wf.name, wf.version)  # claimed, then given back
@@ -146,7 +146,7 @@ def test_recovery_exhaustion_fails_the_task_with_the_event(
     """Two recoveries are allowed; the third expiry ends the task. A workflow that declares
     the failure state (settings.recovery_failed_state, 'failed') ends in it; one that does
     not keeps its state, unleased and never due.
-    No mutation: recover_locked_task's bound has no planted bug (one mutation is spent on G3)."""
+    No mutation: one entry is spent on G3; an unbounded recover_locked_task fails it."""
     edges = EDGES if declares_failed else (("queued", "running"), ("running", "done"))
     wf = private_workflow(edges)
     task, _ = stale_task(keel, tenant, wf)
@@ -219,7 +219,7 @@ def test_a_tenant_locking_its_stale_tasks_does_not_stall_another_tenants_recover
 
 
 def test_concurrent_recoverers_never_take_the_same_task_twice(keel, connect, tenant, wf):
-    """No mutation: SKIP LOCKED in lock_task_to_recover has no planted bug."""
+    """No mutation: NOWAIT in lock_task_to_recover fails it (tried by hand; not in MUTATIONS)."""
     tasks = {stale_task(keel, tenant, wf)[0].task_id for _ in range(12)}
     wait_past(SHORT)
     conns = [connect() for _ in range(3)]
