@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -78,7 +79,9 @@ def test_the_loop_keeps_recovering_until_it_is_stopped(migrated_db):
         time.sleep(1)  # a few empty rounds first
         made = stale_tasks(migrated_db, 1)
         assert proc.stdout is not None
-        line = proc.stdout.readline()  # blocks until the loop has recovered it
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "the loop printed nothing in 30 s"
+        line = proc.stdout.readline()
         assert (json.loads(line)["tenant_id"], json.loads(line)["task_id"]) in made
     finally:
         proc.send_signal(signal.SIGTERM)
