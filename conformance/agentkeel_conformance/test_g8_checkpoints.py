@@ -86,8 +86,7 @@ def test_the_latest_valid_checkpoint_is_loaded_and_decrypted(ledger, tenant, lea
 def test_a_stale_token_cannot_save_a_checkpoint(ledger, tenant, new_task):
     """Saving is fenced by the lease: after a takeover the old token is refused.
 
-    No mutation: save_checkpoint's fencing is the shared keel.assert_lease, which the G5
-    mutations break for every caller"""
+    No mutation: fenced by the shared keel.assert_lease, which the G5 tests break for all"""
     task = new_task()
     old = ledger.claim_lease(tenant, task.task_id, "worker-a", timedelta(milliseconds=200))
     time.sleep(0.3)
@@ -204,8 +203,7 @@ def test_destroying_the_tenants_data_keys_makes_its_payloads_unreadable(
     data_key_destroyed, and the ciphertext left behind does not decrypt with anything
     the database holds. Another tenant is untouched; a new save uses a new key version.
 
-    No mutation: destruction is one owner-only UPDATE; the check is that nothing else
-    keeps the key"""
+    No mutation: one owner-only UPDATE; the test checks that nothing else keeps the key"""
     task_id, token = leased
     ledger.save_checkpoint(tenant, task_id, token, "SYNTHESIS", {"plan": "p"})
     neighbour = make_tenant()
