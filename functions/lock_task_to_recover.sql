@@ -8,7 +8,8 @@
 -- LOCKED lock); keel.recover_stale_tasks does not change.
 create or replace function keel.lock_task_to_recover(
     p_now timestamptz,
-    p_workflow text default null
+    p_workflow text default null,
+    p_after timestamptz default '-infinity'
 )
 returns keel.tasks
 language plpgsql
@@ -25,6 +26,10 @@ begin
     from keel.tasks as t
     where t.lease_owner is not null
         and t.lease_expires_at <= p_now
+        -- A caller that takes stale tasks one after the other passes the last expiry it
+        -- took: the rows it recovered before it still sit in the index (dead until
+        -- vacuum), and the scan starts past them instead of rechecking each one again.
+        and t.lease_expires_at >= p_after
         and (p_workflow is null or t.workflow = p_workflow)
     order by t.lease_expires_at
     limit 1
@@ -34,5 +39,5 @@ begin
 end;
 $$;
 
-comment on function keel.lock_task_to_recover(timestamptz, text) is
-'Locks the task of any tenant whose lease expired longest ago (lease_owner set, lease_expires_at <= p_now), optionally of one workflow, skipping rows other transactions have locked; returns it, or a row of nulls when there is none. The cross-tenant part of keel.recover_stale_tasks, replaced on Citus; not granted to any role.';
+comment on function keel.lock_task_to_recover(timestamptz, text, timestamptz) is
+'Locks the task of any tenant whose lease expired longest ago (lease_owner set, p_after <= lease_expires_at <= p_now), optionally of one workflow, skipping rows other transactions have locked; returns it, or a row of nulls when there is none. The cross-tenant part of keel.recover_stale_tasks, replaced on Citus; not granted to any role.';

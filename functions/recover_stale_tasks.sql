@@ -32,6 +32,7 @@ declare
     v_context text := pg_catalog.current_setting('keel.tenant_id', true);
     v_max integer := p_max_attempts;
     v_stale keel.tasks;
+    v_after timestamptz := '-infinity';
     v_task keel.tasks;
     v_done integer := 0;
 begin
@@ -57,8 +58,9 @@ begin
     end if;
 
     while v_done < p_limit loop
-        v_stale := keel.lock_task_to_recover(v_now, p_workflow);
+        v_stale := keel.lock_task_to_recover(v_now, p_workflow, v_after);
         exit when v_stale.task_id is null;
+        v_after := v_stale.lease_expires_at;
         -- The stale task's tenant becomes the context for its takeover.
         execute format('set local keel.tenant_id = %L', v_stale.tenant_id);
         perform keel.bind_tenant_context();

@@ -39,7 +39,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.list_tasks(uuid,text,uuid,integer)'),
     ('function', 'keel.load_session(uuid,text)'),
     ('function', 'keel.lock_task(uuid,uuid,text)'),
-    ('function', 'keel.lock_task_to_recover(timestamp with time zone,text)'),
+    ('function', 'keel.lock_task_to_recover(timestamp with time zone,text,timestamp with time zone)'),
     ('function', 'keel.mint_tenant_token(uuid,interval)'),
     ('function', 'keel.record_session_update(uuid,text,text,text,integer,jsonb,jsonb,text)'),
     ('function', 'keel.recover_locked_task(keel.tasks,timestamp with time zone,integer,text)'),
