@@ -187,7 +187,7 @@ def test_session_payloads_refuse_secret_bearing_keys(sessions, tenant, call):
 
 @pytest.mark.guarantee("G1")
 def test_an_agent_reaches_its_own_sessions_only(keel, make_tenant, login_role):
-    """No mutation: require_tenant is exercised by plain_tenant_id's G1 tests."""
+    """Mutation: plain_tenant_id."""
     mine, theirs = make_tenant(), make_tenant()
     with suite_connect(login_role("keel_app").dsn, autocommit=True) as conn:
         Sessions(conn).save(theirs, "shared-name", {"owner": "theirs"})
