@@ -128,10 +128,11 @@ def test_a_live_lease_is_never_recovered(keel, connect, owner_dsn, tenant, wf):
     assert tenant_snapshot(owner, tenant) == before
 
 
-def test_a_stale_token_is_refused_on_a_stale_version_too(keel, connect, tenant, wf):
-    """The recovery bumps the state version, so a write that skipped the fencing check
-    would still be stale.
-    No mutation: transition_task's version check is planted by version_unchecked (G3)."""
+@pytest.mark.guarantee("G3")
+def test_a_recovered_task_refuses_a_transition_from_its_old_version(keel, connect, tenant, wf):
+    """The recovery bumps the state version: a caller that decided on the version the dead
+    worker saw (no lease is needed once the task is unleased) is refused as stale.
+    Mutation: version_unchecked."""
     task, dead = stale_task(keel, tenant, wf)
     wait_past(SHORT)
     recover(connect(), wf)
