@@ -19,8 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from agentkeel.checkpoints import DEFAULT_KEY_VARIABLE
-from agentkeel.errors import IdempotencyConflict, LeaseLost, PayloadRejected
+from agentkeel.checkpoints import DEFAULT_KEY_VARIABLE, StaticKeyProvider
+from agentkeel.client import Keel
+from agentkeel.errors import (
+    IdempotencyConflict,
+    LeaseLost,
+    PayloadRejected,
+    TaskNotFound,
+    TenantContextMismatch,
+)
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G8")
@@ -258,3 +266,47 @@ def test_a_killed_worker_is_resumed_without_re_executing_completed_steps(
     assert [(a.step_key, a.attempt, a.status) for a in attempts] == [
         (f"step-{n}", 1, "succeeded") for n in range(1, 6)
     ]
+
+
+@pytest.mark.guarantee("G1")
+def test_an_agent_runs_steps_and_checkpoints_of_its_own_tenant_only(
+    keel, tenant, make_tenant, workflow, login_role, new_task
+):
+    """An agent login with tenant A's token uses the step and checkpoint functions for A;
+    B's tenant id is refused, and B's task id finds nothing in A.
+
+    No mutation: require_tenant's tenant comparison has no planted bug yet"""
+    provider = StaticKeyProvider(os.urandom(32))
+    task = new_task()
+    token = keel.claim_lease(tenant, task.task_id, "agent", timedelta(minutes=5)).fencing_token
+    other = make_tenant()
+    b_task = keel.create_task(other, workflow.name, workflow.version)
+    b_token = keel.claim_lease(other, b_task.task_id, "w", timedelta(minutes=5)).fencing_token
+    app = Keel(keel.conn, key_provider=provider)
+    app.begin_step(other, b_task.task_id, "s", digest("x"), b_token)
+    app.complete_step(other, b_task.task_id, "s", b_token, {"of": "b"})
+    app.save_checkpoint(other, b_task.task_id, b_token, "SYNTHESIS", {"of": "b"})
+
+    with suite_connect(login_role("keel_agent").dsn, autocommit=True) as conn:
+        agent = Keel(conn, tenant_token=keel.mint_tenant_token(tenant), key_provider=provider)
+        assert agent.begin_step(tenant, task.task_id, "s", digest("x"), token).outcome == "started"
+        agent.complete_step(tenant, task.task_id, "s", token, {"of": "a"})
+        agent.save_checkpoint(tenant, task.task_id, token, "SYNTHESIS", {"of": "a"})
+        loaded = agent.load_latest_checkpoint(tenant, task.task_id)
+        assert loaded is not None and loaded.payload == {"of": "a"}
+
+        for call in (
+            lambda: agent.begin_step(other, b_task.task_id, "s", digest("x"), b_token),
+            lambda: agent.complete_step(other, b_task.task_id, "s", b_token, {"stolen": 1}),
+            lambda: agent.list_step_attempts(other, b_task.task_id),
+            lambda: agent.load_latest_checkpoint(other, b_task.task_id),
+            lambda: agent.save_checkpoint(other, b_task.task_id, b_token, "INPUT", {}),
+        ):
+            with pytest.raises(TenantContextMismatch):
+                call()
+        with pytest.raises(TaskNotFound):
+            agent.begin_step(tenant, b_task.task_id, "s", digest("x"), b_token)
+        assert agent.list_step_attempts(tenant, b_task.task_id) == []
+        assert agent.load_latest_checkpoint(tenant, b_task.task_id) is None
+    reused = app.begin_step(other, b_task.task_id, "s", digest("x"), b_token)
+    assert (reused.outcome, reused.result) == ("reused", {"of": "b"})
