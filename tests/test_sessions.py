@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import psycopg
@@ -10,6 +11,7 @@ import pytest
 from agentkeel.client import Keel
 from agentkeel.errors import InvalidArgument, SessionUpdateRefused, TaskNotFound
 from agentkeel.sessions import LoadedSession, Session, Sessions, SessionUpdate, Step
+from conftest import REPO
 
 
 @pytest.fixture
@@ -68,3 +70,11 @@ def test_calls_inside_a_caller_transaction_roll_back_with_it(conn):
         sessions.update(tenant, "c-1", "answer", "running")
         raise RuntimeError("abort")
     assert sessions.load(tenant, "c-1") is None
+
+
+def test_the_docs_python_example_runs_as_written(conn):
+    text = (REPO / "docs" / "sessions-and-recovery.md").read_text()
+    (example,) = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    scope = {"conn": conn, "tenant_id": Keel(conn).create_tenant("docs").tenant_id}
+    exec(compile(example, "docs/sessions-and-recovery.md", "exec"), scope)
+    assert scope["session"].steps["search"].status == "completed"
