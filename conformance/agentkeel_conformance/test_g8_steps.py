@@ -275,7 +275,7 @@ def test_an_agent_runs_steps_and_checkpoints_of_its_own_tenant_only(
     """An agent login with tenant A's token uses the step and checkpoint functions for A;
     B's tenant id is refused, and B's task id finds nothing in A.
 
-    No mutation: require_tenant's tenant comparison has no planted bug yet"""
+    Mutation: plain_tenant_id"""
     provider = StaticKeyProvider(os.urandom(32))
     task = new_task()
     token = keel.claim_lease(tenant, task.task_id, "agent", timedelta(minutes=5)).fencing_token
