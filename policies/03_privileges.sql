@@ -59,6 +59,16 @@ keel.claim_lease(uuid, uuid, text, interval),
 keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text)
 to keel_worker;
 
+-- The recoverer (G5): takes over the stale tasks of every tenant, like the claim above.
+grant execute on function keel.recover_stale_tasks(integer, text, text, integer) to keel_worker;
+
+-- Sessions of chat-loop agents: each call in its own tenant, terminal outcomes protected.
+grant execute on function
+keel.save_session(uuid, text, jsonb, text, uuid, bigint),
+keel.record_session_update(uuid, text, text, text, integer, jsonb, jsonb, text),
+keel.load_session(uuid, text)
+to keel_app, keel_worker, keel_agent;
+
 -- Everyone who acts on a task: every write is guarded, fenced and tenant-checked.
 grant execute on function
 keel.get_task(uuid, uuid),
@@ -93,3 +103,20 @@ keel.nack_outbox(uuid, uuid, bigint, text, boolean),
 keel.release_outbox(uuid, uuid, bigint),
 keel.outbox_status()
 to keel_relay;
+
+-- Durable steps and checkpoints (G8): whoever acts on a task, fenced by its lease. The
+-- wrapped data keys are useless without the client's key provider; destroying them
+-- (keel.destroy_tenant_data_keys, G10) is the owner's alone.
+grant execute on function
+keel.begin_step(uuid, uuid, text, text, bigint, interval),
+keel.complete_step(uuid, uuid, text, bigint, jsonb, integer),
+keel.fail_step(uuid, uuid, text, bigint, jsonb, boolean, interval, integer),
+keel.list_step_attempts(uuid, uuid),
+keel.save_checkpoint(
+    uuid, uuid, uuid, bigint, text, integer, bytea, bytea, text, integer, text, interval
+),
+keel.latest_checkpoint(uuid, uuid, text),
+keel.invalidate_checkpoint(uuid, uuid, bigint),
+keel.tenant_data_key(uuid, integer),
+keel.add_tenant_data_key(uuid, bytea, text)
+to keel_app, keel_worker, keel_agent;

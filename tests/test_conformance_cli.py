@@ -22,6 +22,12 @@ KEEL_TABLES = (
     "task_events",
     "operations",
     "outbox",
+    "step_attempts",
+    "checkpoints",
+    "checkpoint_payloads",
+    "tenant_data_keys",
+    "sessions",
+    "session_updates",
     "workflows",
     "workflow_transitions",
     "workflow_states",
@@ -59,7 +65,7 @@ def test_the_suite_passes_on_a_migrated_database_and_leaves_nothing_behind(migra
     table = verdicts(result.stdout)
     covered = {g: v for g, v in table.items() if v != "not covered"}
     assert set(covered.values()) == {"passed"}, table
-    assert {"G1", "G2", "G3", "G4", "G5", "G6", "G7", "G9"} <= set(covered)
+    assert {"G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9"} <= set(covered)
     assert row_counts(migrated_db) == before
     with psycopg.connect(migrated_db) as conn:
         assert conn.execute("select count(*) from app.orders").fetchone() == (50,)
@@ -298,6 +304,12 @@ MUTATIONS = {
         "G9",
         "test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work",
     ),
+    "G8: reuse_unrecorded, begin_step reuses a result without recording STEP_RESULT_REUSED": (
+        "begin_step.sql",
+        [(r"insert into keel\.task_events \(.*?\);", "null;", 1)],
+        "G8",
+        "test_a_killed_worker_is_resumed_without_re_executing_completed_steps",
+    ),
     "G6: outbox_dropped, a transition commits without its outbox messages": (
         "transition_task.sql",
         [(r"insert into keel\.outbox \(.*?\);", "null;", 1)],
@@ -310,6 +322,12 @@ MUTATIONS = {
         [(r"perform keel\.assert_outbox_claim\(v_message, p_claim_token\);", "", 1)],
         "G6",
         "test_an_expired_claim_is_taken_over_and_the_stale_token_changes_nothing",
+    ),
+    "G3: session_terminal_overwritten, a running step update replaces a finished one": (
+        "record_session_update.sql",
+        [(r"elsif v_latest\.status in \('completed', 'failed'\) and ", "elsif false and ", 2)],
+        "G3",
+        "test_a_finished_step_is_never_replaced_by_a_running_update",
     ),
 }
 

@@ -104,6 +104,13 @@ jsons = st.one_of(
 )
 
 
+blobs = st.one_of(
+    st.binary(max_size=64),
+    st.sampled_from([b"", b"\x00" * 12, b"\xff" * 2_000_000]),
+    st.none(),
+)
+
+
 def ids(real: str) -> st.SearchStrategy[Any]:
     """Mostly the fixture's real id (to get deep into the function), else a random uuid or NULL."""
     return st.one_of(st.just(real), st.just(real), st.just(real), st.uuids(), st.none())
@@ -203,6 +210,53 @@ FUNCTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "limit": ints,
     },
     "get_operation": {"tenant_id": ids("tenant"), "operation_id": ids("operation")},
+    "begin_step": {
+        "tenant_id": ids("tenant"),
+        "task_id": ids("task"),
+        "step_key": st.one_of(st.just("fuzz-step"), texts),
+        "input_hash": st.one_of(st.just("h"), texts),
+        "fencing_token": st.one_of(st.just("token"), ints),
+        "retention": intervals,
+    },
+    "complete_step": {
+        "tenant_id": ids("tenant"),
+        "task_id": ids("task"),
+        "step_key": st.one_of(st.just("fuzz-step"), texts),
+        "fencing_token": st.one_of(st.just("token"), ints),
+        "result": jsons,
+        "repairs": ints,
+    },
+    "fail_step": {
+        "tenant_id": ids("tenant"),
+        "task_id": ids("task"),
+        "step_key": st.one_of(st.just("fuzz-step"), texts),
+        "fencing_token": st.one_of(st.just("token"), ints),
+        "error": jsons,
+        "retryable": st.one_of(st.booleans(), st.none()),
+        "retry_after": intervals,
+        "repairs": ints,
+    },
+    "save_checkpoint": {
+        "tenant_id": ids("tenant"),
+        "task_id": ids("task"),
+        "checkpoint_id": st.one_of(st.uuids(), st.none()),
+        "fencing_token": st.one_of(st.just("token"), ints),
+        "kind": st.one_of(st.sampled_from(["SYNTHESIS", "TOOL_RESULT"]), texts),
+        "key_version": ints,
+        "nonce": blobs,
+        "ciphertext": blobs,
+        "payload_hash": texts,
+        "schema_version": ints,
+        "step_key": texts,
+        "ttl": intervals,
+    },
+    "latest_checkpoint": {"tenant_id": ids("tenant"), "task_id": ids("task"), "kind": texts},
+    "add_tenant_data_key": {
+        "tenant_id": ids("tenant"),
+        "wrapped_key": blobs,
+        "wrapping_key_id": texts,
+    },
+    "tenant_data_key": {"tenant_id": ids("tenant"), "key_version": ints},
 }
 # Functions only one trusted role may call (policies/03_privileges.sql); the rest are
 # called as the --dsn role.
@@ -225,7 +279,7 @@ def signature(conn: psycopg.Connection, function: str) -> dict[str, str]:
     out-of-range value fails as data (22003), as it would from any typed client."""
     rows = conn.execute(
         "select a.name, format_type(a.type, null) from pg_proc as p,"
-        " unnest(p.proargnames, p.proargtypes::oid[]) as a (name, type)"
+        " unnest(p.proargnames[1:p.pronargs], p.proargtypes::oid[]) as a (name, type)"
         " where p.oid = %s::regproc",
         (f"keel.{function}",),
     ).fetchall()
@@ -243,7 +297,12 @@ def fuzz_world(keel, tenant, new_task):
     op = keel.reserve_operation(
         tenant, task.task_id, "fuzz", "x", "h", fencing_token=claimed.fencing_token
     )
-    return {"tenant": tenant, "task": task.task_id, "operation": op.operation_id}
+    return {
+        "tenant": tenant,
+        "task": task.task_id,
+        "operation": op.operation_id,
+        "token": claimed.fencing_token,
+    }
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))

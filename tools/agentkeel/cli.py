@@ -8,6 +8,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -894,6 +895,88 @@ def distribute(dsn: str | None, apply_: bool) -> None:
             for note in step.notes:
                 out.print(f"note: {note}", markup=False)
     out.print("distributed")
+
+
+# -- recover ------------------------------------------------------------------
+
+
+@main.command(short_help="Take over tasks whose lease expired (the recoverer).")
+@dsn_option
+@click.option("--once", is_flag=True, help="Recover what is stale now, then exit (the default).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    metavar="S",
+    help="Run every S seconds until interrupted.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Tasks per transaction; a full batch is followed by another at once.",
+)
+@click.option("--workflow", default=None, help="Only tasks of this workflow.")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Recoveries before a task fails (default: settings.max_recovery_attempts).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per task handled.")
+def recover(
+    dsn: str | None,
+    once: bool,
+    interval: float | None,
+    limit: int,
+    workflow: str | None,
+    max_attempts: int | None,
+    as_json: bool,
+) -> None:
+    """Take over every task whose lease expired unreleased (its worker died or stalled):
+    the fencing token increments, a RECOVERED event is written and the task is due again
+    for claim_next_task; past the maximum of recovery attempts the task fails with a
+    RECOVERY_EXHAUSTED event. Needs a login in keel_worker (or the owner)."""
+    from agentkeel.recover import recover_once
+
+    if once and interval is not None:
+        fail("--once and --interval exclude each other", ExitCode.USAGE)
+    actor = f"agentkeel-recover@{socket.gethostname()}"[:200]
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: like Ctrl-C
+    try:
+        with connect_dsn(require_dsn(dsn), application_name="agentkeel-recover") as conn:
+            require_schema(conn)
+            while True:
+                handled = 0
+                while True:
+                    batch = recover_once(
+                        conn,
+                        limit=limit,
+                        actor=actor,
+                        workflow=workflow,
+                        max_attempts=max_attempts,
+                    )
+                    handled += len(batch)
+                    for row in batch:
+                        if as_json:
+                            click.echo(json.dumps(row.as_json()))
+                        else:
+                            out.print(row.describe(), markup=False)
+                    if len(batch) < limit:
+                        break
+                if not as_json and (interval is None or handled):
+                    out.print(f"{handled} stale task(s) handled", markup=False)
+                sys.stdout.flush()
+                if interval is None:
+                    return
+                time.sleep(interval)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 # -- conformance --------------------------------------------------------------

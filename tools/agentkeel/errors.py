@@ -48,6 +48,11 @@ class WorkflowConflict(KeelError):
     name = "workflow_conflict"
 
 
+class CheckpointConflict(KeelError):
+    sqlstate = "23K10"
+    name = "checkpoint_conflict"
+
+
 class TenantContextMissing(KeelError):
     sqlstate = "42K01"
     name = "tenant_context_missing"
@@ -86,6 +91,26 @@ class InvalidTenantToken(KeelError):
 class MessageNotFound(KeelError):
     sqlstate = "42K08"
     name = "message_not_found"
+
+
+class StepNotFound(KeelError):
+    sqlstate = "42K10"
+    name = "step_not_found"
+
+
+class DataKeyNotFound(KeelError):
+    sqlstate = "42K11"
+    name = "data_key_not_found"
+
+
+class CheckpointNotFound(KeelError):
+    sqlstate = "42K12"
+    name = "checkpoint_not_found"
+
+
+class SessionNotFound(KeelError):
+    sqlstate = "42K15"
+    name = "session_not_found"
 
 
 class StaleState(KeelError):
@@ -131,6 +156,21 @@ class OutboxClaimLost(KeelError):
 class MessageNotDead(KeelError):
     sqlstate = "55K09"
     name = "message_not_dead"
+
+
+class DataKeyDestroyed(KeelError):
+    sqlstate = "55K10"
+    name = "data_key_destroyed"
+
+
+class SessionUpdateRefused(KeelError):
+    sqlstate = "55K15"
+    name = "session_update_refused"
+
+
+class SessionVersionConflict(KeelError):
+    sqlstate = "55K16"
+    name = "session_version_conflict"
 
 
 class SettingsNotPropagated(KeelError):
