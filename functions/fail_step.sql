@@ -18,6 +18,7 @@ as $$
 declare
     v_state text := case when p_retryable then 'retryable' else 'failed' end;
 begin
+    perform keel.require_tenant(p_tenant_id);
     if p_error is null then
         raise exception using errcode = '22K01', message = 'an error description is required';
     end if;
