@@ -30,9 +30,11 @@ declare
     v_task keel.tasks;
     v_tenant uuid;
     v_tenants integer := 0;
+    v_max_recoveries integer;
 begin
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
+    v_max_recoveries := keel.max_recovery_attempts();
 
     -- Only this statement sees and locks rows of every tenant (policies tasks_claim_scan
     -- and tasks_claim_lock); the flag is off again before anything is written.
@@ -47,6 +49,8 @@ begin
         where t.wake_at <= v_now
             and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
             and (p_workflow is null or t.workflow = p_workflow)
+            -- A lease that expired unreleased as often as allowed: the recoverer's to fail.
+            and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
         order by t.wake_at
         limit p_limit
         for update skip locked
@@ -76,4 +80,4 @@ end;
 $$;
 
 comment on function keel.claim_next_tasks(text, integer, interval, text) is
-'Leases up to p_limit (1 to settings.max_batch_items) of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, oldest first, each with its next fencing token. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist; concurrent claimers never wait on or share a task. When every claimed task is of one tenant, that tenant is the transaction''s context; tasks of several tenants leave no context. Returns no row when nothing claimable is due.';
+'Leases up to p_limit (1 to settings.max_batch_items) of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, oldest first, each with its next fencing token. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist; concurrent claimers never wait on or share a task. When every claimed task is of one tenant, that tenant is the transaction''s context; tasks of several tenants leave no context. A task whose lease expired unreleased settings.max_recovery_attempts times is not offered again: keel.recover_stale_tasks fails it. Returns no row when nothing claimable is due.';

@@ -45,12 +45,7 @@ begin
     if p_actor is not null and char_length(p_actor) not between 1 and 200 then
         raise exception using errcode = '22K01', message = 'actor must be 1 to 200 characters';
     end if;
-    if v_max is null then
-        select s.value::integer into v_max
-        from keel.settings as s
-        where s.setting = 'max_recovery_attempts';
-        v_max := coalesce(v_max, 5);
-    end if;
+    v_max := coalesce(v_max, keel.max_recovery_attempts());
     if v_max < 0 then
         raise exception using
             errcode = '22K01',

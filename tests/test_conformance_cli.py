@@ -244,6 +244,12 @@ MUTATIONS = {
         "G5",
         "test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim",
     ),
+    "G5: takeovers_uncounted, a claim of an expired lease does not count as a recovery": (
+        "claim_locked_task.sql",
+        [(r"\+ \(case when p_task\.lease_owner is not null then 1 else 0 end\)", "+ 0", 1)],
+        "G5",
+        "test_takeovers_by_claims_count_and_end_in_exhaustion",
+    ),
     "G5: wake_at_unclamped, a wake time in the past is stored as given": (
         "check_wake_at.sql",
         [(r"if p_wake_at is null or p_wake_at <= p_now then", "if p_wake_at is null then", 1)],

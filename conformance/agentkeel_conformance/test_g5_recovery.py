@@ -36,13 +36,15 @@ def wait_past(lease: timedelta) -> None:
 
 
 @pytest.fixture(scope="module")
-def private_workflow(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., Workflow]]:
+def private_workflow(
+    role_dsn: Callable[[str], str], owner_dsn: str
+) -> Iterator[Callable[..., Workflow]]:
     """Define workflows only this module's tests use; removed at the end."""
     made: list[str] = []
 
     def _define(edges: tuple[tuple[str, str], ...] = EDGES) -> Workflow:
         wf = Workflow(f"{WORKFLOW_PREFIX}rec-{uuid.uuid4().hex[:10]}", 1)
-        with suite_connect(keel_dsn, autocommit=True) as conn:
+        with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
             Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, edges)
         made.append(wf.name)
         return wf
@@ -76,7 +78,7 @@ def test_a_stale_task_is_taken_over_recorded_and_due_again(keel, connect, tenant
     """No mutation: one entry is spent on G3; dropping the claim_locked_task call fails it."""
     task, dead = stale_task(keel, tenant, wf)
     wait_past(SHORT)
-    (row,) = recover(connect(), wf, actor="test-recoverer")
+    (row,) = recover(connect(role="keel_worker"), wf, actor="test-recoverer")
     assert (row.tenant_id, row.task_id, row.outcome) == (tenant, task.task_id, "recovered")
     assert (row.previous_owner, row.recovery_attempts) == ("doomed-worker", 1)
 
@@ -104,7 +106,7 @@ def test_a_stale_task_is_taken_over_recorded_and_due_again(keel, connect, tenant
         )
 
     # A worker that claims as it always did gets the task, and finishes it.
-    worker = Keel(connect())
+    worker = Keel(connect(role="keel_worker"))
     claimed = worker.claim_next_task("next-worker", workflow=wf.name)
     assert claimed is not None and claimed.task_id == task.task_id
     assert claimed.fencing_token == after.fencing_token + 1
@@ -124,7 +126,7 @@ def test_a_live_lease_is_never_recovered(keel, connect, owner_dsn, tenant, wf):
     wait_past(SHORT)
     owner = connect(owner=True)
     before = tenant_snapshot(owner, tenant)
-    assert recover(connect(), wf) == []
+    assert recover(connect(role="keel_worker"), wf) == []
     assert tenant_snapshot(owner, tenant) == before
 
 
@@ -135,7 +137,7 @@ def test_a_recovered_task_refuses_a_transition_from_its_old_version(keel, connec
     Mutation: version_unchecked."""
     task, dead = stale_task(keel, tenant, wf)
     wait_past(SHORT)
-    recover(connect(), wf)
+    recover(connect(role="keel_worker"), wf)
     with pytest.raises(StaleState):
         keel.transition_task(tenant, task.task_id, dead.state_version, "done")
 
@@ -151,7 +153,7 @@ def test_recovery_exhaustion_fails_the_task_with_the_event(
     edges = EDGES if declares_failed else (("queued", "running"), ("running", "done"))
     wf = private_workflow(edges)
     task, _ = stale_task(keel, tenant, wf)
-    recoverer = connect()
+    recoverer = connect(role="keel_worker")
     outcomes = []
     for attempt in range(3):
         wait_past(SHORT)
@@ -172,7 +174,7 @@ def test_recovery_exhaustion_fails_the_task_with_the_event(
     assert last.payload["max_recovery_attempts"] == 2
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
-    assert Keel(connect()).claim_next_task("w", workflow=wf.name) is None
+    assert Keel(connect(role="keel_worker")).claim_next_task("w", workflow=wf.name) is None
     if declares_failed:
         with pytest.raises(TaskNotClaimable):
             keel.claim_lease(tenant, task.task_id, "w")
@@ -192,7 +194,7 @@ def test_the_configured_maximum_applies_when_the_caller_names_none(keel, connect
         )
         (row,) = recover(owner, wf)
         assert (row.outcome, row.state) == ("exhausted", "failed")
-    (row,) = recover(connect(), wf)
+    (row,) = recover(connect(role="keel_worker"), wf)
     assert row.outcome == "recovered"  # the stored maximum is 5
 
 
@@ -207,7 +209,7 @@ def test_a_tenant_locking_its_stale_tasks_does_not_stall_another_tenants_recover
     b_task, _ = stale_task(keel, b, wf)
     wait_past(SHORT)
     holder = connect(owner=True)
-    recoverer = connect()
+    recoverer = connect(role="keel_worker")
     recoverer.execute("set lock_timeout = '2s'")
     with in_tenant(holder, a):
         holder.execute(
@@ -223,7 +225,7 @@ def test_concurrent_recoverers_never_take_the_same_task_twice(keel, connect, ten
     """No mutation: NOWAIT in lock_task_to_recover fails it (tried by hand; not in MUTATIONS)."""
     tasks = {stale_task(keel, tenant, wf)[0].task_id for _ in range(12)}
     wait_past(SHORT)
-    conns = [connect() for _ in range(3)]
+    conns = [connect(role="keel_worker") for _ in range(3)]
     outcomes = race([functools.partial(recover, c, wf, limit=5) for c in conns])
     assert all(kind == "ok" for kind, _ in outcomes), outcomes
     rows = [r for _, batch in outcomes for r in batch] + recover(conns[0], wf)
@@ -231,11 +233,11 @@ def test_concurrent_recoverers_never_take_the_same_task_twice(keel, connect, ten
     assert {(r.outcome, r.recovery_attempts) for r in rows} == {("recovered", 1)}
 
 
-def test_a_worker_login_recovers_and_an_agent_login_cannot(keel, tenant, wf, login_role):
+def test_a_worker_login_recovers_and_an_agent_login_cannot(keel, app_keel, tenant, wf, login_role):
     """No mutation: the grant is checked by `agentkeel check` (shipped_grants) as well."""
     task, _ = stale_task(keel, tenant, wf)
     wait_past(SHORT)
-    token = keel.mint_tenant_token(tenant)
+    token = app_keel.mint_tenant_token(tenant)
     with suite_connect(login_role("keel_agent").dsn, autocommit=True) as conn:
         Keel(conn, token).get_task(tenant, task.task_id)  # the agent may act in its tenant
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -245,3 +247,29 @@ def test_a_worker_login_recovers_and_an_agent_login_cannot(keel, tenant, wf, log
     assert row.task_id == task.task_id
     recovered = keel.task_events(tenant, task.task_id)[-1]
     assert recovered.actor == login_role("keel_worker").name
+
+
+def test_takeovers_by_claims_count_and_end_in_exhaustion(keel, connect, tenant, wf):
+    """A task whose every holder dies is bounded however it is taken over: each claim of
+    an expired, unreleased lease counts in recovery_attempts; at the maximum the claim no
+    longer offers it, and the recoverer fails it with RECOVERY_EXHAUSTED.
+    Mutation: takeovers_uncounted."""
+    worker = Keel(connect(role="keel_worker"))
+    row = (
+        connect()
+        .execute("select value::integer from keel.settings where setting = 'max_recovery_attempts'")
+        .fetchone()
+    )
+    limit = int(row[0]) if row else 5
+    task = keel.create_task(tenant, wf.name, wf.version)
+    assert worker.claim_next_task("first", SHORT, wf.name) is not None  # a fresh lease
+    for taken_over in range(1, limit + 1):
+        wait_past(SHORT)  # the holder died: its lease expires unreleased
+        claimed = worker.claim_next_task(f"next-{taken_over}", SHORT, wf.name)
+        assert claimed is not None and claimed.task_id == task.task_id
+        assert claimed.recovery_attempts == taken_over
+    wait_past(SHORT)
+    assert worker.claim_next_task("one-too-many", SHORT, wf.name) is None
+    (row_,) = recover(connect(role="keel_worker"), wf)
+    assert (row_.task_id, row_.outcome) == (task.task_id, "exhausted")
+    assert keel.task_events(tenant, task.task_id)[-1].event_type == "RECOVERY_EXHAUSTED"

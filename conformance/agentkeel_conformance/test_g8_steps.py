@@ -270,7 +270,7 @@ def test_a_killed_worker_is_resumed_without_re_executing_completed_steps(
 
 @pytest.mark.guarantee("G1")
 def test_an_agent_runs_steps_and_checkpoints_of_its_own_tenant_only(
-    keel, tenant, make_tenant, workflow, login_role, new_task
+    keel, app_keel, tenant, make_tenant, workflow, login_role, new_task
 ):
     """An agent login with tenant A's token uses the step and checkpoint functions for A;
     B's tenant id is refused, and B's task id finds nothing in A.
@@ -288,7 +288,8 @@ def test_an_agent_runs_steps_and_checkpoints_of_its_own_tenant_only(
     app.save_checkpoint(other, b_task.task_id, b_token, "SYNTHESIS", {"of": "b"})
 
     with suite_connect(login_role("keel_agent").dsn, autocommit=True) as conn:
-        agent = Keel(conn, tenant_token=keel.mint_tenant_token(tenant), key_provider=provider)
+        token_of_a = app_keel.mint_tenant_token(tenant)
+        agent = Keel(conn, tenant_token=token_of_a, key_provider=provider)
         assert agent.begin_step(tenant, task.task_id, "s", digest("x"), token).outcome == "started"
         agent.complete_step(tenant, task.task_id, "s", token, {"of": "a"})
         agent.save_checkpoint(tenant, task.task_id, token, "SYNTHESIS", {"of": "a"})

@@ -186,12 +186,12 @@ def test_session_payloads_refuse_secret_bearing_keys(sessions, tenant, call):
 
 
 @pytest.mark.guarantee("G1")
-def test_an_agent_reaches_its_own_sessions_only(keel, make_tenant, login_role):
+def test_an_agent_reaches_its_own_sessions_only(app_keel, make_tenant, login_role):
     """Mutation: plain_tenant_id."""
     mine, theirs = make_tenant(), make_tenant()
     with suite_connect(login_role("keel_app").dsn, autocommit=True) as conn:
         Sessions(conn).save(theirs, "shared-name", {"owner": "theirs"})
-    token = keel.mint_tenant_token(mine)
+    token = app_keel.mint_tenant_token(mine)
     with suite_connect(login_role("keel_agent").dsn, autocommit=True) as conn:
         agent = Sessions(conn, tenant_token=token)
         agent.save(mine, "shared-name", {"owner": "mine"})

@@ -70,6 +70,8 @@ class Task:
     metadata: Json
     created_at: datetime
     updated_at: datetime
+    # Takeovers of a lease that expired unreleased (G5); 0 from a schema before it existed.
+    recovery_attempts: int = 0
 
 
 @dataclass(frozen=True)

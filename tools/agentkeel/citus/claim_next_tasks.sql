@@ -42,6 +42,7 @@ declare
     v_claimed integer := 0;
     v_claimed_tenant uuid;
     v_claimed_tenants integer := 0;
+    v_max_recoveries integer := keel.max_recovery_attempts();
 begin
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
@@ -72,6 +73,7 @@ begin
             where t.wake_at <= v_now
                 and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
                 and (p_workflow is null or t.workflow = p_workflow)
+                and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
                 and (t.wake_at, t.tenant_id, t.task_id) > (v_after_wake, v_after_tenant, v_after_task)
             order by t.wake_at, t.tenant_id, t.task_id
             limit v_batch
@@ -88,6 +90,7 @@ begin
                 and t.task_id = v_tasks[i]
                 and t.wake_at <= v_now
                 and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
+                and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
             for update skip locked;
             if found then
                 return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
