@@ -31,7 +31,14 @@ declare
     v_tenant uuid;
     v_tenants integer := 0;
     v_max_recoveries integer;
+    v_context uuid := keel.current_tenant();
 begin
+    if v_context = '00000000-0000-0000-0000-000000000000' then
+        raise exception using
+            errcode = '42K06',
+            message = 'this transaction took tasks of several tenants and acts for none of them',
+            hint = 'Claim again in a transaction of its own.';
+    end if;
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
     v_max_recoveries := keel.max_recovery_attempts();
@@ -51,6 +58,8 @@ begin
             and (p_workflow is null or t.workflow = p_workflow)
             -- A lease that expired unreleased as often as allowed: the recoverer's to fail.
             and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
+            -- A transaction that already acts for a tenant claims only that tenant's tasks.
+            and (v_context is null or t.tenant_id = v_context)
         order by t.wake_at
         limit p_limit
         for update skip locked
@@ -73,11 +82,12 @@ begin
         return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
     end loop;
     if v_tenants > 1 then
-        -- Tasks of several tenants: no one of them is the transaction's tenant.
-        perform keel.set_tenant_context(null);
+        -- Tasks of several tenants: the transaction acts for none of them from now on
+        -- (the nil uuid, which keel.require_tenant refuses and no row carries).
+        perform keel.set_tenant_context('00000000-0000-0000-0000-000000000000');
     end if;
 end;
 $$;
 
 comment on function keel.claim_next_tasks(text, integer, interval, text) is
-'Leases up to p_limit (1 to settings.max_batch_items) of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, oldest first, each with its next fencing token. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist; concurrent claimers never wait on or share a task. When every claimed task is of one tenant, that tenant is the transaction''s context; tasks of several tenants leave no context. A task whose lease expired unreleased settings.max_recovery_attempts times is not offered again: keel.recover_stale_tasks fails it. Returns no row when nothing claimable is due.';
+'Leases up to p_limit (1 to settings.max_batch_items) of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, oldest first, each with its next fencing token. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist; concurrent claimers never wait on or share a task. In a transaction that already has a tenant context it claims only that tenant''s tasks. Otherwise, when every claimed task is of one tenant, that tenant becomes the transaction''s context; after tasks of several tenants the transaction acts for none (later calls in it raise tenant_context_mismatch). A task whose lease expired unreleased settings.max_recovery_attempts times is not offered again: keel.recover_stale_tasks fails it. Returns no row when nothing claimable is due.';

@@ -29,7 +29,7 @@ as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := clock_timestamp();
-    v_context text := pg_catalog.current_setting('keel.tenant_id', true);
+    v_context uuid := keel.current_tenant();  -- verified, or null: never a leftover
     v_max integer := p_max_attempts;
     v_stale keel.tasks;
     v_after timestamptz := '-infinity';
@@ -57,8 +57,7 @@ begin
         exit when v_stale.task_id is null;
         v_after := v_stale.lease_expires_at;
         -- The stale task's tenant becomes the context for its takeover.
-        execute format('set local keel.tenant_id = %L', v_stale.tenant_id);
-        perform keel.bind_tenant_context();
+        perform keel.set_tenant_context(v_stale.tenant_id);
         v_task := keel.recover_locked_task(v_stale, v_now, v_max, p_actor);
         v_done := v_done + 1;
         return query select
@@ -73,8 +72,13 @@ begin
             v_stale.lease_expires_at;
     end loop;
 
-    -- The caller's own context, as it was.
-    execute format('set local keel.tenant_id = %L', coalesce(v_context, ''));
+    -- The caller's own verified context, as it was; after taking tasks over without one,
+    -- the transaction acts for no tenant (the nil uuid, refused by keel.require_tenant).
+    if v_context is not null or v_done = 0 then
+        perform keel.set_tenant_context(v_context);
+    else
+        perform keel.set_tenant_context('00000000-0000-0000-0000-000000000000');
+    end if;
 end;
 $$;
 

@@ -21,8 +21,16 @@ as $$
 declare
     v_context uuid := keel.current_tenant();
 begin
-    if p_tenant_id is null then
-        raise exception using errcode = '22K01', message = 'tenant id is required';
+    if p_tenant_id is null or p_tenant_id = '00000000-0000-0000-0000-000000000000' then
+        raise exception using errcode = '22K01', message = 'a tenant id (not the nil uuid) is required';
+    end if;
+    -- The nil uuid as the context: this transaction claimed or recovered tasks of several
+    -- tenants (keel.claim_next_tasks, keel.recover_stale_tasks), so it acts for none.
+    if v_context = '00000000-0000-0000-0000-000000000000' then
+        raise exception using
+            errcode = '42K06',
+            message = 'this transaction took tasks of several tenants and acts for none of them',
+            hint = 'Act on each claimed task in a transaction of its own (the client does: one call, one transaction).';
     end if;
     if v_context is null and keel.trusted_session() then
         perform keel.set_tenant_context(p_tenant_id);

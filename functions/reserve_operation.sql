@@ -43,6 +43,19 @@ begin
     if p_action is null or char_length(p_action) not between 1 and 200 then
         raise exception using errcode = '22K01', message = 'action must be 1 to 200 characters';
     end if;
+    -- The durable steps' key space (keel.step_operation_key): a step's key is reserved
+    -- only for its own task, under that task's lease, so nobody without the lease can
+    -- take a step's key first and keep the step from ever running.
+    if starts_with(p_idempotency_key, 'step:')
+        and (
+            p_task_id is null or p_fencing_token is null
+            or split_part(p_idempotency_key, ':', 2) is distinct from p_task_id::text
+        ) then
+        raise exception using
+            errcode = '22K01',
+            message = 'idempotency keys beginning with step: belong to the durable steps of the task they name',
+            hint = 'Use keel.begin_step for a step, or another key for an operation.';
+    end if;
     if p_input_hash is null or char_length(p_input_hash) not between 1 and 128 then
         raise exception using
             errcode = '22K01',

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import InvalidArgument, LeaseHeld, LeaseLost
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import race
 
 pytestmark = pytest.mark.guarantee("G5")
@@ -189,7 +192,8 @@ def test_a_batch_claim_leases_the_oldest_due_tasks_each_with_its_own_token(
             (workflow.name,),
         ).fetchall()
         assert sorted(str(r[0]) for r in got) == sorted([str(a), str(b)])
-        assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+        # Tasks of two tenants: the transaction acts for none (the nil uuid).
+        assert conn.execute("select keel.current_tenant()").fetchone() == (uuid.UUID(int=0),)
 
 
 def test_concurrent_batch_claimers_never_share_a_task(connect, workflow, new_task):
@@ -210,3 +214,35 @@ def test_concurrent_batch_claimers_never_share_a_task(connect, workflow, new_tas
     claimed = [task_id for _, got in outcomes for task_id, _ in got]
     assert len(claimed) == len(set(claimed)), "a task was leased twice"
     assert tasks <= set(claimed)
+
+
+@pytest.mark.guarantee("G1")
+def test_a_claim_keeps_one_tenant_per_transaction(connect, make_tenant, workflow, login_role):
+    """In a transaction that acts for tenant A, a claim takes only A's tasks; after a claim
+    of tasks of two tenants the transaction acts for neither (42K06 on the next call).
+    No mutation: claim_window plants NOWAIT; this is the context filter of the same scan."""
+    a, b = make_tenant(), make_tenant()
+    creator = Keel(connect(role="keel_app"))
+    b_task = creator.create_task(b, workflow.name, workflow.version)  # due first
+    a_task = creator.create_task(a, workflow.name, workflow.version)
+    # A real worker login: row-level security applies to it (not to a superuser --dsn).
+    conn = suite_connect(login_role("keel_worker").dsn, autocommit=True)
+    with conn.transaction():
+        conn.execute("select * from keel.get_task(%s, %s)", (a, a_task.task_id))  # acts for A
+        got = conn.execute(
+            "select tenant_id, task_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
+            (workflow.name,),
+        ).fetchall()
+        assert got == [(a, a_task.task_id)]
+        assert conn.execute("select keel.current_tenant()").fetchone() == (a,)
+    creator.release_lease(a, a_task.task_id, 1)
+    with pytest.raises(psycopg.Error) as info, conn.transaction():
+        got = conn.execute(
+            "select tenant_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
+            (workflow.name,),
+        ).fetchall()
+        assert {r[0] for r in got} == {a, b}
+        assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
+        conn.execute("select * from keel.get_task(%s, %s)", (b, b_task.task_id))
+    conn.close()
+    assert info.value.sqlstate == "42K06"

@@ -273,3 +273,25 @@ def test_takeovers_by_claims_count_and_end_in_exhaustion(keel, connect, tenant, 
     (row_,) = recover(connect(role="keel_worker"), wf)
     assert (row_.task_id, row_.outcome) == (task.task_id, "exhausted")
     assert keel.task_events(tenant, task.task_id)[-1].event_type == "RECOVERY_EXHAUSTED"
+
+
+@pytest.mark.guarantee("G1")
+def test_the_recoverer_never_revives_a_context_left_by_an_earlier_transaction(
+    keel, make_tenant, wf, login_role
+):
+    """A tenant id left at session level (by an earlier client of a pooled connection) is
+    not a context; after the recoverer took tasks over it must not become one.
+    No mutation: session_context breaks the stamp check this relies on, not this path."""
+    a, b = make_tenant(), make_tenant()
+    stale_task(keel, a, wf)
+    wait_past(SHORT)
+    # A real worker login: row-level security applies to it (not to a superuser --dsn).
+    conn = suite_connect(login_role("keel_worker").dsn, autocommit=True)
+    conn.execute("select set_config('keel.tenant_id', %s, false)", (str(b),))  # a leftover
+    with conn.transaction():
+        assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+        (row,) = recover(conn, wf)
+        assert row.tenant_id == a
+        assert conn.execute("select keel.current_tenant()").fetchone() != (b,)
+        assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
+    conn.close()

@@ -23,6 +23,7 @@ from agentkeel.checkpoints import DEFAULT_KEY_VARIABLE, StaticKeyProvider
 from agentkeel.client import Keel
 from agentkeel.errors import (
     IdempotencyConflict,
+    InvalidArgument,
     LeaseLost,
     PayloadRejected,
     TaskNotFound,
@@ -311,3 +312,18 @@ def test_an_agent_runs_steps_and_checkpoints_of_its_own_tenant_only(
         assert agent.load_latest_checkpoint(tenant, b_task.task_id) is None
     reused = app.begin_step(other, b_task.task_id, "s", digest("x"), b_token)
     assert (reused.outcome, reused.result) == ("reused", {"of": "b"})
+
+
+def test_a_steps_key_cannot_be_reserved_without_its_tasks_lease(keel, tenant, new_task):
+    """keel.step_operation_key's space (step:<task>:<step>) is the steps' own: a plain
+    reservation of it without the task and its lease is refused, so nobody can take a
+    step's key first and keep the step from running.
+    No mutation: a guard of reserve_operation's arguments; hash_unchecked is elsewhere."""
+    task = new_task()
+    key = f"step:{task.task_id}:fetch"
+    with pytest.raises(InvalidArgument):
+        keel.reserve_operation(tenant, None, key, "step", "h1")
+    with pytest.raises(InvalidArgument):
+        keel.reserve_operation(tenant, task.task_id, key, "step", "h1")  # no fencing token
+    token = keel.claim_lease(tenant, task.task_id, "w").fencing_token
+    assert keel.begin_step(tenant, task.task_id, "fetch", "h1", token).outcome == "started"

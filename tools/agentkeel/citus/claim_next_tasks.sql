@@ -43,9 +43,16 @@ declare
     v_claimed_tenant uuid;
     v_claimed_tenants integer := 0;
     v_max_recoveries integer := keel.max_recovery_attempts();
+    v_context uuid := keel.current_tenant();
 begin
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
+    if v_context = '00000000-0000-0000-0000-000000000000' then
+        raise exception using
+            errcode = '42K06',
+            message = 'this transaction took tasks of several tenants and acts for none of them',
+            hint = 'Claim again in a transaction of its own.';
+    end if;
     if coalesce(current_setting('citus.propagate_set_commands', true), 'none') <> 'local'
         or coalesce(current_setting('citus.function_opens_transaction_block', true), 'on')
         <> 'on' then
@@ -74,6 +81,8 @@ begin
                 and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
                 and (p_workflow is null or t.workflow = p_workflow)
                 and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
+                -- A transaction that already acts for a tenant claims only its tasks.
+                and (v_context is null or t.tenant_id = v_context)
                 and (t.wake_at, t.tenant_id, t.task_id) > (v_after_wake, v_after_tenant, v_after_task)
             order by t.wake_at, t.tenant_id, t.task_id
             limit v_batch
@@ -108,10 +117,19 @@ begin
         v_after_tenant := v_tenants[v_batch];
         v_after_task := v_tasks[v_batch];
     end loop;
-    -- The claimed tasks' one tenant is the transaction's context; none or several: none.
-    perform keel.set_tenant_context(case when v_claimed_tenants = 1 then v_claimed_tenant end);
+    -- The caller's context stays; else the claimed tasks' one tenant becomes the context;
+    -- after several tenants the transaction acts for none (the nil uuid); none: no context.
+    if v_context is not null then
+        perform keel.set_tenant_context(v_context);
+    elsif v_claimed_tenants = 1 then
+        perform keel.set_tenant_context(v_claimed_tenant);
+    elsif v_claimed_tenants > 1 then
+        perform keel.set_tenant_context('00000000-0000-0000-0000-000000000000');
+    else
+        perform keel.set_tenant_context(null);
+    end if;
 end;
 $$;
 
 comment on function keel.claim_next_tasks(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant and then a FOR UPDATE SKIP LOCKED claim within each candidate''s tenant. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist. When every claimed task is of one tenant, that tenant is the transaction''s context; otherwise none. Returns no row when nothing claimable is due; refuses with settings_not_propagated (55K20) when its SET LOCAL settings would not reach the workers.';
+'Citus variant (installed by agentkeel distribute): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant and then a FOR UPDATE SKIP LOCKED claim within each candidate''s tenant. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist. In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due; refuses with settings_not_propagated (55K20) when its SET LOCAL settings would not reach the workers.';
