@@ -343,7 +343,8 @@ def test_the_suite_catches_a_broken_function(migrated_db, mutation):
     file, edits, guarantees, test_name = MUTATIONS[mutation]
     guarantee, *others = guarantees.split("+")
     break_function(migrated_db, file, *edits)
-    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q")
+    # -n 2: the suite waits more than it computes (idle-timeout, race and relay tests)
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q", "-n", "2")
     assert result.returncode == 1, result.stdout[-3000:]
     table = verdicts(result.stdout)
     assert table[guarantee] == "FAILED"

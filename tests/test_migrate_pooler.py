@@ -9,7 +9,6 @@ import psycopg
 from psycopg import conninfo
 
 from agentkeel.migrate import is_pooled, load_sources
-from agentkeel.sql_files import sql_root
 from conftest import AGENTKEEL, run_agentkeel
 
 
@@ -31,11 +30,18 @@ def test_the_fixture_pools_and_the_migrator_sees_it(db, through_pgbouncer):
         assert not is_pooled(conn)
 
 
-def test_two_migrators_through_pgbouncer_serialize_and_leave_no_lock(db, through_pgbouncer):
-    pooled = through_pgbouncer(db)
+def test_two_migrators_through_pgbouncer_serialize_and_leave_no_lock(
+    migrated_db, sql_tree, through_pgbouncer
+):
+    """An upgrade through the pooler: two new transactional files, two migrators at once.
+    (A fresh install holds no-transaction files, concurrent index builds, which a pooler
+    cannot run: the first `migrate up` goes direct; test_no_transaction_files_... below.)"""
+    (sql_tree / "schema" / "9001_first.sql").write_text("create table keel.first (id int);\n")
+    (sql_tree / "schema" / "9002_second.sql").write_text("create table keel.second (id int);\n")
+    pooled = through_pgbouncer(migrated_db)
     procs = [
         subprocess.Popen(
-            [*AGENTKEEL, "migrate", "up", "--dsn", pooled],
+            [*AGENTKEEL, "migrate", "up", "--dsn", pooled, "--sql-dir", str(sql_tree)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -46,14 +52,15 @@ def test_two_migrators_through_pgbouncer_serialize_and_leave_no_lock(db, through
     assert [p.returncode for p in procs] == [0, 0], outputs
     stdouts = [out for out, _ in outputs]
     assert sum("nothing to do" in out for out in stdouts) == 1, outputs
-    assert sum("applied schema/0001_keel_schema.sql" in out for out in stdouts) == 1, outputs
-    with psycopg.connect(db) as conn:
+    assert sum("applied schema/9001_first.sql" in out for out in stdouts) == 1, outputs
+    with psycopg.connect(migrated_db) as conn:
         assert conn.execute("select count(*) from keel.migration_history").fetchone() == (
-            len(load_sources(sql_root())),
+            len(load_sources(sql_tree)),
         )
     # The pooler keeps its server connections: a session lock would still be held on one.
-    assert advisory_locks(db) == []
-    assert run_agentkeel("migrate", "up", "--dsn", pooled).stdout.strip().endswith("up to date")
+    assert advisory_locks(migrated_db) == []
+    again = run_agentkeel("migrate", "up", "--dsn", pooled, "--sql-dir", str(sql_tree))
+    assert again.stdout.strip().endswith("up to date")
 
 
 def test_no_transaction_files_are_refused_through_a_pooler(
