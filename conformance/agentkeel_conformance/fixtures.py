@@ -276,22 +276,26 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
         password = uuid.uuid4().hex
         with suite_connect(owner_dsn, autocommit=True) as conn:
             try:
-                conn.execute(
-                    sql.SQL("create role {} login password {} in role {}").format(
-                        sql.Identifier(name), sql.Literal(password), sql.Identifier(keel_role)
+                # One transaction: nobody (the catalog checks of a parallel run among
+                # them) ever sees the login without its group's defaults.
+                with conn.transaction():
+                    conn.execute(
+                        sql.SQL("create role {} login password {} in role {}").format(
+                            sql.Identifier(name), sql.Literal(password), sql.Identifier(keel_role)
+                        )
                     )
-                )
+                    # The group's defaults, copied onto the login as the README tells a
+                    # DBA to do.
+                    for setting, value in role_defaults(conn, keel_role).items():
+                        conn.execute(
+                            sql.SQL("alter role {} set {} = {}").format(
+                                sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                            )
+                        )
             except psycopg.errors.InsufficientPrivilege:
                 pytest.skip(
                     f"needs a login role that is a member of {keel_role}: the --dsn role may "
                     "not create roles (give --owner-dsn a role with CREATEROLE)"
-                )
-            # The group's defaults, copied onto the login as the README tells a DBA to do.
-            for setting, value in role_defaults(conn, keel_role).items():
-                conn.execute(
-                    sql.SQL("alter role {} set {} = {}").format(
-                        sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
-                    )
                 )
         role = LoginRole(
             name, keel_role, conninfo.make_conninfo(keel_dsn, user=name, password=password)
