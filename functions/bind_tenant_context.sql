@@ -1,9 +1,10 @@
 -- Tenant isolation (G1): bind the tenant context set in this transaction to this transaction.
 -- agentkeel:requires functions/context_stamp.sql
--- agentkeel:allow citus.set_local_autocommit (in autocommit the stamp ends with the statement, and with it every context: later calls fail with tenant_context_missing, never run in another tenant)
 -- Called right after the context is set, in the same transaction: SET LOCAL keel.tenant_id
--- (trusted roles), or the agent's token as a bound, transaction-local setting. It sets the
--- stamp with SET LOCAL so that Citus propagates it like the tenant id itself.
+-- (trusted roles), or the agent's token as a bound, transaction-local setting. The stamp
+-- is set transaction-local (set_config(..., true), SET LOCAL without parsing a statement);
+-- on Citus `agentkeel distribute` replaces this with a variant that runs SET LOCAL, which
+-- Citus propagates like the tenant id itself.
 create or replace function keel.bind_tenant_context()
 returns void
 language plpgsql
@@ -11,9 +12,9 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    execute format('set local keel.context_stamp = %L', keel.context_stamp());
+    perform pg_catalog.set_config('keel.context_stamp', keel.context_stamp(), true);
 end;
 $$;
 
 comment on function keel.bind_tenant_context() is
-'Marks the tenant context of the current transaction as set in it (SET LOCAL keel.context_stamp = keel.context_stamp()). Without it keel.current_tenant() is null: a context left by an earlier transaction or another pooled client is never honoured (G1).';
+'Marks the tenant context of the current transaction as set in it (the transaction-local keel.context_stamp = keel.context_stamp()). Without it keel.current_tenant() is null: a context left by an earlier transaction or another pooled client is never honoured (G1). Replaced on Citus by a SET LOCAL variant (agentkeel distribute).';

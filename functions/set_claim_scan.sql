@@ -1,9 +1,9 @@
 -- Leases with fencing (G5): switch the cross-tenant claim scan on or off.
--- The flag the policies tasks_claim_scan and tasks_claim_lock read (keel_owner only).
--- Set here, inside a query of the claim function (PERFORM), one executor level below the
--- client's statement: Citus propagates a SET LOCAL made there to the worker connections
--- even in autocommit, where one made by the client's own statement is not propagated and
--- the scan would silently find nothing on the workers.
+-- The flag the policies tasks_claim_scan and tasks_claim_lock read (keel_owner only),
+-- transaction-local (set_config(..., true): SET LOCAL without parsing a statement, on the
+-- claim's hot path). On Citus `agentkeel distribute` replaces this with a variant that
+-- runs SET LOCAL one executor level below the client's statement, which Citus propagates
+-- to the workers even in autocommit.
 create or replace function keel.set_claim_scan(p_on boolean)
 returns void
 language plpgsql
@@ -11,13 +11,11 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    if p_on then
-        execute 'set local keel.scan_all_tenants = on';
-    else
-        execute 'set local keel.scan_all_tenants = off';
-    end if;
+    perform pg_catalog.set_config(
+        'keel.scan_all_tenants', case when p_on then 'on' else 'off' end, true
+    );
 end;
 $$;
 
 comment on function keel.set_claim_scan(boolean) is
-'Sets SET LOCAL keel.scan_all_tenants on or off around the cross-tenant claim scan of keel.claim_next_task. Internal: EXECUTE is not granted to any application role; the policies it opens name keel_owner only.';
+'Sets the transaction-local keel.scan_all_tenants on or off around the cross-tenant claim scan of keel.claim_next_tasks. Internal: EXECUTE is not granted to any application role; the policies it opens name keel_owner only. Replaced on Citus by a SET LOCAL variant (agentkeel distribute).';

@@ -490,6 +490,19 @@ def test_a_set_local_in_a_helper_that_functions_call_passes(tmp_path):
     assert static(tree(tmp_path, {"functions/enter.sql": text})) == []
 
 
+def test_set_config_passes_only_in_a_function_file_that_has_a_citus_variant(tmp_path):
+    """The context helpers use set_config on PostgreSQL (no statement to parse on every
+    call); `agentkeel distribute` replaces each with its SET LOCAL variant of the same file
+    name. The same set_config in a file without a shipped variant is still reported."""
+    text = (
+        "create function keel.set_claim_scan(p_on boolean) returns void language sql as"
+        " $$ select set_config('keel.scan_all_tenants', 'on', true) $$;"
+    )
+    assert static(tree(tmp_path, {"functions/set_claim_scan.sql": text})) == []
+    findings = static(tree(tmp_path, {"functions/set_claim_scans.sql": text}))
+    assert [f.rule for f in findings] == ["citus.set_config"]
+
+
 def test_the_acceptance_scenario_is_reported_with_file_and_line(tmp_path):
     work = tmp_path / "repo"
     for name in ("schema", "functions", "policies"):

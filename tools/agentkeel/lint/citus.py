@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from pglast.enums import ConstrType
 
-from agentkeel.distribute import LOCAL_TABLES
+from agentkeel.distribute import CITUS_DIR, LOCAL_TABLES
 from agentkeel.lint.core import (
     Finding,
     SqlFile,
@@ -36,6 +36,8 @@ def check_citus(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Findi
     shared_names = {t.name for t in known.values() if t.name not in LOCAL_TABLES}
     for f in files:
         for match in re.finditer(r"set_config\s*\(\s*'keel\.", f.text, re.IGNORECASE):
+            if _replaced_on_citus(f):
+                continue
             yield Finding(
                 f.name,
                 f.line_of(match.start()),
@@ -130,6 +132,17 @@ def check_citus(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Findi
         for body in bodies:
             for statement in body.statements:
                 yield from _statement_rules(f, statement, tenant_names, shared_names)
+
+
+def _replaced_on_citus(f: SqlFile) -> bool:
+    """A shipped function file that `agentkeel distribute` replaces on Citus by the
+    variant of the same name in tools/agentkeel/citus (which itself must pass)."""
+    variant = CITUS_DIR / f.path.name
+    return (
+        f.path.parent.name == "functions"
+        and f.path.resolve() != variant.resolve()
+        and variant.is_file()
+    )
 
 
 def _statement_rules(
