@@ -85,6 +85,39 @@ def test_the_command_prints_the_table_and_json(migrated_db):
     assert document["summary"][0]["ratio"] > 0
 
 
+def test_plot_draws_a_png_and_the_runs_carry_their_storage_samples(migrated_db, tmp_path):
+    png = tmp_path / "bench.png"
+    result = run_agentkeel(
+        "bench", "--dsn", migrated_db, "--workload", "claim-complete", "--workers", "1,2",
+        "--duration", "2", "--repeats", "1", "--plot", str(png), "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    document = json.loads(result.stdout)
+    for r in document["runs"]:
+        # a sample at the start, one per second, one at the end: sizes in bytes, and the
+        # claim + complete churn leaves dead tuples in the side's tables
+        assert len(r["storage"]) >= 3 and r["storage"][0]["t"] == 0
+        assert all(s["table_bytes"] > 0 and s["index_bytes"] > 0 for s in r["storage"])
+    assert any(s["dead_tuples"] > 0 for r in document["runs"] for s in r["storage"])
+    # runs shorter than two minutes have no first/last-minute ratio
+    assert document["summary"][0]["keel_last_over_first_minute"] is None
+
+
+def test_plot_without_matplotlib_is_refused_before_any_run(migrated_db, tmp_path):
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    result = run_agentkeel(
+        "bench", "--dsn", migrated_db, "--workload", "reserve", "--duration", "30",
+        "--plot", str(tmp_path / "x.png"), env={"PYTHONPATH": str(shadow.parent)},
+    )  # fmt: skip
+    assert result.returncode == 5, result.stderr
+    assert "pip install 'agentkeel[plot]'" in result.stderr
+    assert not (tmp_path / "x.png").exists()
+    assert leftovers(migrated_db) == ((0,), (0,), (0,), (0,))
+
+
 def test_a_bad_worker_list_is_a_usage_error(migrated_db):
     result = run_agentkeel("bench", "--dsn", migrated_db, "--workers", "0,x")
     assert result.returncode == 2

@@ -464,6 +464,15 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     help="relay: the NATS server (JetStream); its cases are skipped if none answers.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    metavar="FILE.png",
+    help="Also draw throughput over time and against workers, and table growth, as a PNG "
+    "(needs the plot extra: pip install 'agentkeel[plot]').",
+)
 def bench(
     dsn: str | None,
     workloads: tuple[str, ...],
@@ -476,6 +485,7 @@ def bench(
     relay_messages: int,
     nats_url: str,
     as_json: bool,
+    plot_path: Path | None,
 ) -> None:
     """Run each workload (claim + complete, transition with an event and an outbox row,
     reserve) side by side with a plain-SQL floor doing the same writes with no function,
@@ -491,6 +501,11 @@ def bench(
             duration = 180.0
     if dsn:
         check_dsn(dsn)
+    if plot_path is not None:
+        try:  # before the runs, not after minutes of them
+            import matplotlib  # noqa: F401
+        except ImportError:
+            fail("--plot needs matplotlib: pip install 'agentkeel[plot]'", ExitCode.TOOL_MISSING)
     document: dict[str, Any] = {}
     with database(dsn) as target:
         if "policy" in chosen:
@@ -523,6 +538,12 @@ def bench(
                 finished_rows=finished_rows,
                 vacuum=not sustained,
             )
+    title = f"agentkeel vs plain SQL, {duration:g} s runs, median of {repeats}"
+    if plot_path is not None:
+        from agentkeel.bench_plot import plot
+
+        plot(runs, plot_path, title)
+        err.print(f"plot: {plot_path}")
     if as_json:
         document["runs"] = [r.as_dict() for r in runs]
         document["summary"] = [
@@ -532,6 +553,8 @@ def bench(
                 "floor_ops_per_s": round(s.floor.ops_per_s, 1),
                 "keel_ops_per_s": round(s.keel.ops_per_s, 1),
                 "ratio": round(s.ratio, 3),
+                "floor_last_over_first_minute": _rounded(s.floor.minute_ratio()),
+                "keel_last_over_first_minute": _rounded(s.keel.minute_ratio()),
             }
             for s in summarize(runs)
         ]
@@ -546,9 +569,10 @@ def bench(
         "floor p50/p99 ms",
         "keel p50/p99 ms",
         "keel ops/s first → last s",
-        title=f"agentkeel vs plain SQL, {duration:g} s runs, median of {repeats}",
+        title=title,
     )
-    for s in summarize(runs):
+    summaries = summarize(runs)
+    for s in summaries:
         table.add_row(
             s.workload,
             str(s.workers),
@@ -560,6 +584,40 @@ def bench(
             f"{s.keel.slices[0] / SLICE_S:,.0f} → {s.keel.slices[-1] / SLICE_S:,.0f}",
         )
     out.print(table)
+    out.print(_storage_table(summaries))
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _storage_table(summaries: list[Any]) -> Table:
+    """Per side: the last minute's throughput over the first (runs of two minutes or more),
+    and how its tables and indexes grew and how many dead tuples they held at the end."""
+    table = Table(
+        "workload",
+        "workers",
+        "side",
+        "last ÷ first minute",
+        "tables MB start → end",
+        "indexes MB start → end",
+        "dead tuples at end",
+        title="decay and storage over each side's median run",
+    )
+    for s in summaries:
+        for run in (s.floor, s.keel):
+            first, last = run.storage[0], run.storage[-1]
+            ratio = run.minute_ratio()
+            table.add_row(
+                s.workload,
+                str(s.workers),
+                run.side,
+                f"{ratio:.2f}" if ratio is not None else "-",
+                f"{first[1] / 1e6:,.1f} → {last[1] / 1e6:,.1f}",
+                f"{first[2] / 1e6:,.1f} → {last[2] / 1e6:,.1f}",
+                f"{last[3]:,}",
+            )
+    return table
 
 
 def _bench_relay(target: str, messages: int, nats_url: str, as_json: bool) -> list[dict[str, Any]]:

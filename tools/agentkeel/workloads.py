@@ -40,6 +40,9 @@ class Run:
     ops: int
     latencies_ms: list[float] = field(repr=False)
     slices: list[int]  # ops completed in each SLICE_S of the run
+    # (seconds into the run, table bytes, index bytes, dead tuples) of the side's tables,
+    # sampled once per slice: the growth and bloat of a sustained run
+    storage: list[tuple[float, int, int, int]] = field(default_factory=list)
 
     @property
     def ops_per_s(self) -> float:
@@ -62,7 +65,18 @@ class Run:
             "p50_ms": round(self.percentile(0.50), 3),
             "p99_ms": round(self.percentile(0.99), 3),
             "slices": self.slices,
+            "storage": [
+                {"t": round(t, 1), "table_bytes": tb, "index_bytes": ib, "dead_tuples": dead}
+                for t, tb, ib, dead in self.storage
+            ],
         }
+
+    def minute_ratio(self) -> float | None:
+        """Throughput in the last minute over the first, for runs of at least two minutes."""
+        per_minute = int(60 / SLICE_S)
+        if len(self.slices) < 2 * per_minute or not sum(self.slices[:per_minute]):
+            return None
+        return sum(self.slices[-per_minute:]) / sum(self.slices[:per_minute])
 
 
 @dataclass(frozen=True)
@@ -533,6 +547,24 @@ def _connection_dsn(world: World, workload: str, side: Side) -> str:
     return world.worker_dsn if workload.endswith("claim-complete") else world.app_dsn
 
 
+STORAGE = """
+select
+    coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
+    coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint,
+    coalesce(sum(s.n_dead_tup), 0)::bigint
+from unnest(%s::regclass[]) as c (oid)
+left join pg_stat_user_tables as s on s.relid = c.oid
+"""
+
+
+def _side_tables(world: World, side: Side) -> list[str]:
+    """The tables a side writes, as regclass text."""
+    if side == "keel":
+        return ["keel.tasks", "keel.task_events", "keel.outbox", "keel.operations"]
+    floor = sql.Identifier(world.floor).as_string(None)
+    return [f"{floor}.{table}" for table in ("jobs", "events", "outbox", "operations")]
+
+
 def run_side(
     world: World,
     workload: Workload,
@@ -541,8 +573,18 @@ def run_side(
     duration: float,
     progress: Callable[[float], None] | None = None,
 ) -> Run:
-    """Run one side with `workers` threads for `duration` seconds."""
+    """Run one side with `workers` threads for `duration` seconds, sampling the size and
+    dead tuples of the side's tables once per slice."""
     dsn = _connection_dsn(world, workload.name, side)
+    monitor = psycopg.connect(world.dsn, autocommit=True)
+    tables = _side_tables(world, side)
+    storage: list[tuple[float, int, int, int]] = []
+
+    def sample(elapsed: float) -> None:
+        row = monitor.execute(STORAGE, (tables,)).fetchone()
+        assert row is not None
+        storage.append((elapsed, int(row[0]), int(row[1]), int(row[2])))
+
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(workers)]
     ops = [workload.op(world, side, i) for i in range(workers)]
     done: list[list[tuple[float, float, int]]] = [[] for _ in range(workers)]
@@ -568,16 +610,24 @@ def run_side(
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(workers)]
     for t in threads:
         t.start()
+    sample(0.0)
     began[0] = time.perf_counter()
     start.wait()
+    next_sample = SLICE_S
     while any(t.is_alive() for t in threads):
         time.sleep(0.2)
+        elapsed = min(duration, time.perf_counter() - began[0])
+        if elapsed >= next_sample:
+            sample(elapsed)
+            next_sample += SLICE_S
         if progress is not None:
-            progress(min(duration, time.perf_counter() - began[0]))
+            progress(elapsed)
     for t in threads:
         t.join()
     for conn in conns:
         conn.close()
+    sample(duration)
+    monitor.close()
     if failures:
         raise failures[0]
     events = sorted(e for mine in done for e in mine)
@@ -592,6 +642,7 @@ def run_side(
         sum(n for _, _, n in events),
         [latency for _, latency, _ in events],
         slices,
+        storage,
     )
 
 
