@@ -23,11 +23,14 @@ security definer
 set search_path = pg_catalog, pg_temp
 -- One plan per session for every statement here, made once: a custom plan per call (the
 -- default, since the scan's generic estimate looks dearer) cost more planning than the
--- claim itself. With sorting off, that one plan reads the due index in wake_at order,
--- whatever the statistics say when it is made (a bulk load with stale statistics once
--- produced a plan that sorted every due row, on every claim).
+-- claim itself. With sorting and sequential scans off, that one plan reads the due index
+-- in wake_at order and each lease is written through the primary key, whatever the
+-- statistics said when it was made (a bulk load with stale statistics once produced a
+-- plan that sorted every due row, on every claim; a plan made while keel.tasks was nearly
+-- empty would scan the whole table for each lease as it grows).
 set plan_cache_mode = force_generic_plan
 set enable_sort = off
+set enable_seqscan = off
 as $$
 declare
     v_now timestamptz := clock_timestamp();

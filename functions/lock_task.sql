@@ -14,6 +14,9 @@ returns keel.tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- A primary-key lookup: a plan made while keel.tasks was nearly empty (a sequential scan)
+-- must not stay in use as the table grows.
+set enable_seqscan = off
 as $$
 declare
     v_task keel.tasks;

@@ -24,6 +24,14 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+-- A plan made while keel.operations was nearly empty (a sequential scan, then the
+-- cheapest) must not stay in use for the replay lookup as the table grows: measured with
+-- `agentkeel bench --workload reserve --duration 20`, 2,500 -> 800 calls/s over a run,
+-- until autovacuum's ANALYZE replaced the plan (tests/test_plans.py). A function's
+-- settings hold for everything it calls, and plans made under them are kept: set only on
+-- functions whose statements and callees are all key lookups or computation (the payload
+-- check's join, planned without sequential scans, took 500 ms a call).
+set enable_seqscan = off
 as $$
 #variable_conflict use_column
 declare
