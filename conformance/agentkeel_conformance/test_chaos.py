@@ -120,14 +120,15 @@ def test_an_immediate_shutdown_under_load_loses_nothing_committed(
         time.sleep(0.3)
         keel_cluster.restart()
 
-    # Enough tasks that the workers are still busy when the crash comes at 1.2 s (16 tasks
-    # are done in about a second, and then no call is in flight to be cut short).
+    # Enough tasks that the workers are still busy when the crash comes at 1.2 s (64 tasks
+    # were once done before it, on a quiet machine: then no call is in flight to be cut
+    # short).
     config = RaceConfig(
         keel_dsn,
         workflow.name,
         tenant,
         seconds=4,
-        tasks=64,
+        tasks=512,
         chaos=False,
         options=CONNECTION_OPTIONS,
     )
