@@ -37,9 +37,10 @@ def cleanup_on_sigterm() -> Iterator[None]:
 
 
 @contextmanager
-def embedded_cluster(*, migrated: bool = True) -> Iterator[EmbeddedPostgres]:
-    """A throwaway cluster with the agentkeel schema applied; removed on exit, Ctrl-C or SIGTERM."""
-    with cleanup_on_sigterm(), EmbeddedPostgres() as pg:
+def embedded_cluster(*, migrated: bool = True, durable: bool = False) -> Iterator[EmbeddedPostgres]:
+    """A throwaway cluster with the agentkeel schema applied; removed on exit, Ctrl-C or
+    SIGTERM. durable: fsync on (EmbeddedPostgres)."""
+    with cleanup_on_sigterm(), EmbeddedPostgres(durable=durable) as pg:
         if migrated:
             with connect(pg.dsn, autocommit=True) as conn:
                 migrate_up(conn, sql_root())
@@ -47,17 +48,18 @@ def embedded_cluster(*, migrated: bool = True) -> Iterator[EmbeddedPostgres]:
 
 
 @contextmanager
-def embedded_database(*, migrated: bool = True) -> Iterator[str]:
+def embedded_database(*, migrated: bool = True, durable: bool = False) -> Iterator[str]:
     """The DSN of embedded_cluster()."""
-    with embedded_cluster(migrated=migrated) as pg:
+    with embedded_cluster(migrated=migrated, durable=durable) as pg:
         yield pg.dsn
 
 
 @contextmanager
-def database(dsn: str | None, *, migrated: bool = True) -> Iterator[str]:
-    """The given DSN as is, or an embedded, migrated, throwaway database."""
+def database(dsn: str | None, *, migrated: bool = True, durable: bool = False) -> Iterator[str]:
+    """The given DSN as is, or an embedded, migrated, throwaway database (durable: fsync
+    on)."""
     if dsn:
         yield dsn
         return
-    with embedded_database(migrated=migrated) as embedded_dsn:
+    with embedded_database(migrated=migrated, durable=durable) as embedded_dsn:
         yield embedded_dsn

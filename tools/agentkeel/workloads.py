@@ -516,7 +516,7 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "batch-claim-complete",
             "claim 100 due tasks and complete them in two calls, against the single-row floor",
-            lambda world, side, rows: _load_jobs(world, side, rows * (10 if side == "keel" else 1)),
+            lambda world, side, rows: _load_jobs(world, side, rows * (4 if side == "keel" else 1)),
             _batch_claim_complete_op,
         ),
         Workload(
