@@ -271,8 +271,7 @@ class EmbeddedPostgres:
 
     def cleanup(self) -> None:
         """Stop the server and remove every file of the cluster. Immediate: the files are
-        removed next, so the shutdown checkpoint of a fast stop would be wasted, and under
-        heavy disk load it once took longer than a minute."""
+        removed next, so the shutdown checkpoint of a fast stop would be wasted work."""
         try:
             self.stop("immediate")
         finally:
