@@ -67,10 +67,24 @@ def test_an_explicit_bindir_without_binaries_is_skipped(monkeypatch, tmp_path):
     assert find_bindir() != tmp_path
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_the_embedded_command_removes_its_cluster_on_a_signal(sig):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("sig", "preexec"),
+    [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, _ignore_sigint)],
+    ids=["SIGINT", "SIGTERM", "SIGINT-ignored-by-the-parent"],
+)
+def test_the_embedded_command_removes_its_cluster_on_a_signal(sig, preexec):
+    """Also when started the way a non-interactive shell starts `agentkeel embedded &`:
+    with SIGINT ignored, which the process inherits."""
     proc = subprocess.Popen(
-        [*AGENTKEEL, "embedded"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*AGENTKEEL, "embedded"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec,
     )
     try:
         dsn = proc.stdout.readline().strip()

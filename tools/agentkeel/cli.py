@@ -1202,6 +1202,10 @@ def conformance(dsn: str | None, pytest_args: tuple[str, ...]) -> None:
 @main.command(short_help="Start a throwaway PostgreSQL and print its DSN.")
 def embedded() -> None:
     """Start a throwaway, migrated PostgreSQL, print its DSN, and remove it on Ctrl-C."""
+    # Started in the background by a non-interactive shell (`agentkeel embedded &` in a
+    # script), a process inherits SIGINT ignored, and Ctrl-C or `kill -INT` would never
+    # remove the cluster.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with embedded_database() as target:
         out.print(target)
         sys.stdout.flush()
