@@ -16,11 +16,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
     -- null clears the context (the Citus claim, after a candidate it could not lock).
-    perform
-        pg_catalog.set_config('keel.tenant_id', coalesce(p_verified::text, ''), true),
-        pg_catalog.set_config('keel.context_stamp', keel.context_stamp(), true);
+    perform pg_catalog.set_config('keel.tenant_id', coalesce(p_verified::text, ''), true);
+    perform keel.bind_tenant_context();
 end;
 $$;
 
 comment on function keel.set_tenant_context(uuid) is
-'Sets the transaction-local keel.tenant_id to a tenant the caller has verified (null clears it: no context), and binds it to this transaction (keel.context_stamp, as keel.bind_tenant_context does). Internal: called by keel.require_tenant, keel.claim_next_tasks and keel.recover_stale_tasks; EXECUTE is not granted to any application role. Replaced on Citus by a SET LOCAL variant (agentkeel distribute).';
+'Sets the transaction-local keel.tenant_id to a tenant the caller has verified (null clears it: no context), and binds it to this transaction (keel.bind_tenant_context). Internal: called by keel.require_tenant, keel.claim_next_tasks and keel.recover_stale_tasks; EXECUTE is not granted to any application role. Replaced on Citus by a SET LOCAL variant (agentkeel distribute).';

@@ -11,21 +11,15 @@ from agentkeel.workloads import SLICE_S, Run, summarize
 COLORS = {"floor": "tab:gray", "keel": "tab:blue"}
 
 
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
-
-
 def plot(runs: list[Run], path: Path, title: str) -> None:
     """Write a PNG: one row per workload with its throughput per slice (every run of both
     sides at the largest worker count) and the storage of its tables; a last panel with the
-    median ops/s against workers when more than one count was measured."""
-    try:
-        import matplotlib
+    median ops/s against workers when more than one count was measured. Needs matplotlib
+    (the plot extra; the CLI checks for it before any run)."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise PlotUnavailable("--plot needs matplotlib: pip install 'agentkeel[plot]'") from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     workloads = list(dict.fromkeys(r.workload for r in runs))
     counts = sorted({r.workers for r in runs})
