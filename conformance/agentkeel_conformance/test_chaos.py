@@ -21,7 +21,7 @@ from agentkeel.client import Keel
 from agentkeel.errors import LeaseLost
 from agentkeel_conformance.connections import CONNECTION_OPTIONS, suite_connect
 from agentkeel_conformance.harness import tenant_snapshot
-from agentkeel_conformance.race import RaceConfig, run_race
+from agentkeel_conformance.race import APPLICATION_NAME, RaceConfig, run_race
 
 pytestmark = pytest.mark.chaos
 
@@ -115,14 +115,24 @@ def test_an_immediate_shutdown_under_load_loses_nothing_committed(
         pytest.skip("stops and restarts the server: embedded cluster only")
 
     def crash() -> None:
+        # Stop while a worker's call is running: the workers spend most of their time in
+        # the simulated external call (a sleep), and a crash there cuts nothing short.
         time.sleep(1.2)
+        with suite_connect(keel_dsn, autocommit=True) as watch:
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                row = watch.execute(
+                    "select count(*) from pg_stat_activity"
+                    " where application_name like %s and state = 'active'",
+                    (f"{APPLICATION_NAME}%",),
+                ).fetchone()
+                if row and row[0] > 0:
+                    break
         keel_cluster.stop("immediate")
         time.sleep(0.3)
         keel_cluster.restart()
 
-    # Enough tasks that the workers are still busy when the crash comes at 1.2 s (64 tasks
-    # were once done before it, on a quiet machine: then no call is in flight to be cut
-    # short).
+    # Enough tasks that the workers are still busy when the crash comes.
     config = RaceConfig(
         keel_dsn,
         workflow.name,
