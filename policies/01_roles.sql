@@ -21,7 +21,7 @@ $$;
 grant keel_owner to keel_migrator;
 
 comment on role keel_owner is
-'agentkeel: owns every keel object; runs retention and tenant deletion. NOLOGIN.';
+'agentkeel: owns every keel object; runs retention and tenant deletion. NOLOGIN on PostgreSQL; on Citus `agentkeel distribute` gives it LOGIN, because workers are reached as the owner of SECURITY DEFINER functions.';
 comment on role keel_migrator is 'agentkeel: applies migrations (member of keel_owner).';
 comment on role keel_app is
 'agentkeel: trusted server code; calls the function API for the tenant it sets with SET LOCAL keel.tenant_id.';
@@ -29,5 +29,5 @@ comment on role keel_worker is
 'agentkeel: claims work across tenants (keel.claim_next_task), then acts within the claimed tenant.';
 comment on role keel_relay is 'agentkeel: claims, acks and nacks outbox rows only.';
 comment on role keel_agent is
-'agentkeel: untrusted generated SQL; its tenant only, through a signed token (SET LOCAL keel.tenant_token).';
+'agentkeel: untrusted generated SQL; its tenant only, through a signed token (set_config(''keel.tenant_token'', $1, true), then keel.bind_tenant_context()).';
 comment on role keel_auditor is 'agentkeel: reads task events of every tenant.';

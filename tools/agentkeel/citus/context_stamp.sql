@@ -1,0 +1,35 @@
+-- Tenant isolation (G1), on Citus: the stamp that ties a tenant context to one transaction.
+-- Installed by `agentkeel distribute` in place of functions/context_stamp.sql.
+-- keel.current_tenant() honours a context only while the setting keel.context_stamp
+-- equals this function. On the node where the transaction began (the coordinator, or any
+-- node a client connects to) that is, as on PostgreSQL, the transaction's own now(): a
+-- value left at session level by an earlier transaction or pooled client is ignored.
+-- On a worker, the coordinator's SET LOCAL keel.context_stamp arrives in the worker's
+-- part of the distributed transaction and carries the coordinator's now(), never the
+-- worker's: there (keel.context_relayed()) the propagated stamp is the transaction's
+-- stamp. It reached the worker as a SET LOCAL, so it ends with this transaction too; a
+-- session-level value on such a connection could only come from a set_config(..., false)
+-- or SET pushed down by that connection's own login, which no keel function does (lint
+-- citus.set_config) and agents cannot (no table privilege).
+-- A SQL function with a standard body, inlined into keel.current_tenant() and so into
+-- every policy; keel.context_relayed() runs only when the stamp is not this node's.
+create or replace function keel.context_stamp()
+returns text
+language sql
+stable
+return (
+    case
+        when
+            pg_catalog.current_setting('keel.context_stamp', true)
+            = (extract(epoch from pg_catalog.now()))::text
+            then (extract(epoch from pg_catalog.now()))::text
+        when
+            coalesce(pg_catalog.current_setting('keel.context_stamp', true), '') <> ''
+            and keel.context_relayed()
+            then pg_catalog.current_setting('keel.context_stamp', true)
+        else (extract(epoch from pg_catalog.now()))::text
+    end
+);
+
+comment on function keel.context_stamp() is
+'Citus variant (installed by agentkeel distribute): this transaction''s stamp. Where the transaction began, now() as epoch seconds (as on PostgreSQL); on a worker running its part of a distributed transaction another node began (keel.context_relayed), the stamp that node propagated with SET LOCAL. keel.current_tenant() honours a tenant context only while keel.context_stamp equals it (G1).';
