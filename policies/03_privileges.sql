@@ -25,6 +25,7 @@ grant execute on function
 keel.current_tenant(),
 keel.trusted_session(),
 keel.context_stamp(),
+keel.context_relayed(),
 keel.verify_tenant_token(text),
 keel.error_codes()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;

@@ -1,6 +1,6 @@
-"""The worker-side tenant context on Citus (issue 9): the Citus variants of
-keel.context_stamp and keel.context_relayed (tools/agentkeel/citus/, installed by
-`agentkeel distribute`), run on PostgreSQL.
+"""The worker-side tenant context on Citus (issue 9): the Citus variant of
+keel.context_stamp (tools/agentkeel/citus/, installed by `agentkeel distribute`) and the
+shipped keel.context_relayed it calls, run on PostgreSQL.
 
 A Citus worker runs its part of a distributed transaction with the coordinator's
 SET LOCAL keel.tenant_id and keel.context_stamp, and the stamp is the coordinator's now(),
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -186,11 +187,11 @@ def test_a_session_level_stamp_is_not_carried_into_a_later_transaction(cluster_n
             assert _seen(conn) == (b, [b])
 
 
-def test_without_citus_the_variants_behave_as_the_shipped_functions(migrated_db):
+def test_without_citus_the_variant_behaves_as_the_shipped_function(migrated_db):
     with psycopg.connect(migrated_db, autocommit=True) as conn:
+        assert conn.execute("select keel.context_relayed()").fetchone() == (False,)
         for path in CITUS_VARIANTS:
             conn.execute(path.read_text().encode())
-        assert conn.execute("select keel.context_relayed()").fetchone() == (False,)
         with conn.transaction():
             conn.execute("set local keel.context_stamp = '1733200000.123456'")
             row = conn.execute(
@@ -199,6 +200,24 @@ def test_without_citus_the_variants_behave_as_the_shipped_functions(migrated_db)
             assert row == (True,)
 
 
-def test_the_relayed_check_is_installed_before_the_stamp_that_calls_it():
-    names = [p.name for p in CITUS_VARIANTS]
-    assert names.index("context_relayed.sql") < names.index("context_stamp.sql")
+@pytest.fixture
+def app_login(cluster_node: tuple[str, uuid.UUID, uuid.UUID]) -> Iterator[str]:
+    yield from _login(cluster_node[0], "keel_app")
+
+
+def test_application_roles_still_read_after_the_privileges_are_applied_again(
+    cluster_node, app_login
+):
+    """`migrate up` after distribute re-applies policies/03_privileges.sql, which revokes
+    every keel function from PUBLIC: every function the policies reach, the variant's
+    keel.context_relayed included, must stay granted (a policy's functions are checked
+    for EXECUTE whether or not their branch runs)."""
+    dsn, a, _ = cluster_node
+    privileges = Path(__file__).resolve().parents[1] / "policies" / "03_privileges.sql"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(privileges.read_text().encode())
+    with psycopg.connect(app_login) as conn:
+        assert _seen(conn) == (None, [])
+        conn.execute(sql.SQL("set local keel.tenant_id = {}").format(sql.Literal(str(a))))
+        conn.execute("select keel.bind_tenant_context()")
+        assert _seen(conn) == (a, [a, a])

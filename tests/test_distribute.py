@@ -128,8 +128,6 @@ def test_the_script_is_one_transaction_in_the_order_citus_needs(layout):
         "select create_distributed_table('keel.tenants', 'tenant_id');",
         " add constraint ",
         "create or replace function keel.claim_next_tasks(",
-        "create or replace function keel.context_relayed()",
-        "select create_distributed_function('keel.context_relayed()'::regprocedure);",
         "create or replace function keel.context_stamp()",
         "alter database ",
         "alter role keel_owner login;",
@@ -150,25 +148,6 @@ def test_a_second_run_plans_nothing_and_says_so(layout):
     assert plan(done) == []
     assert "Nothing to do" in script(done)
     assert " drop constraint " not in script(done)
-
-
-def test_a_function_only_the_variants_define_reaches_the_workers_once(layout):
-    """keel.context_relayed exists only as a Citus variant: the first run propagates it
-    right after creating it (keel.context_stamp's variant, which calls it, is created on
-    the workers next); once it is in the catalog it is a helper like any other."""
-    assert "keel.context_relayed()" not in layout.helper_functions
-    first = script(layout)
-    assert first.count("create_distributed_function('keel.context_relayed()'") == 1
-    done = _done(layout)
-    stamp_replaced = dataclasses.replace(
-        done,
-        helper_functions=[*done.helper_functions, "keel.context_relayed()"],
-        distributed_functions=done.distributed_functions | {"keel.context_relayed()"},
-        installed_variants=done.installed_variants - {"keel.context_stamp()"},
-    )
-    again = script(stamp_replaced)
-    assert "create or replace function keel.context_stamp()" in again
-    assert "keel.context_relayed()'::regprocedure" not in again
 
 
 def test_a_function_added_after_distribution_is_propagated_without_touching_any_table(layout):

@@ -263,23 +263,13 @@ def plan(layout: Layout) -> list[Step]:
         )
     todo_variants = [v for v in layout.variants if v.function not in layout.installed_variants]
     if todo_variants:
-        known = {*layout.api_functions, *layout.helper_functions, *layout.distributed_functions}
-        statements: list[str] = []
-        for v in todo_variants:
-            statements += v.statements
-            if v.function not in known:
-                # A function only the variants define (keel.context_relayed): on every node
-                # before the next variant, which calls it, is created there.
-                statements.append(
-                    f"select create_distributed_function({_literal(v.function)}::regprocedure)"
-                )
         steps.append(
             Step(
                 "Install the Citus variants of the functions Citus cannot run as shipped "
                 "(the cross-tenant claim: an unlocked candidate scan, then a per-tenant "
                 "SKIP LOCKED claim; the tenant context set with SET LOCAL, and its stamp "
                 "honoured on the workers).",
-                tuple(statements),
+                tuple(s for v in todo_variants for s in v.statements),
             )
         )
     if not layout.database_propagates_set_local:
@@ -392,6 +382,9 @@ def script(layout: Layout) -> str:
         "-- Re-run after every `agentkeel migrate up`: it only does what is still missing.",
         "-- The Citus code paths are tested on PostgreSQL only: run the conformance suite",
         '-- against the coordinator before production traffic (README, "Scale-out on Citus").',
+        "-- Give agent logins no direct connection to the cluster: Citus runs the rest of a",
+        "-- multi-statement query holding a SET LOCAL on the workers as keel_owner (README,",
+        '-- "Known hole on Citus").',
     ]
     if not steps:
         out.append("-- Nothing to do: every table, function, setting and key is in place.")

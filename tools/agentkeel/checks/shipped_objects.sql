@@ -25,6 +25,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.claim_outbox(text,integer,interval,text)'),
     ('function', 'keel.complete_operation(uuid,uuid,bigint,jsonb,text)'),
     ('function', 'keel.complete_step(uuid,uuid,text,bigint,jsonb,integer)'),
+    ('function', 'keel.context_relayed()'),
     ('function', 'keel.context_stamp()'),
     ('function', 'keel.create_task(uuid,text,integer,uuid,timestamp with time zone,jsonb,text,text,text)'),
     ('function', 'keel.create_tenant(uuid,text)'),

@@ -11,6 +11,7 @@
 -- session-level value on such a connection could only come from a set_config(..., false)
 -- or SET pushed down by that connection's own login, which no keel function does (lint
 -- citus.set_config) and agents cannot (no table privilege).
+-- agentkeel:requires functions/context_relayed.sql
 -- A SQL function with a standard body, inlined into keel.current_tenant() and so into
 -- every policy; keel.context_relayed() runs only when the stamp is not this node's.
 create or replace function keel.context_stamp()
