@@ -45,7 +45,9 @@ def verdicts(output: str) -> dict[str, str]:
     """guarantee id -> result column of the printed table."""
     found = {}
     for line in output.splitlines():
-        match = re.match(r"^│ (G\d+)\s+│.*│ (passed|FAILED|skipped|not covered)\s+│$", line)
+        match = re.match(
+            r"^│ (G\d+)\s+│.*│ (passed|FAILED|skipped|not covered|not selected)\s+│$", line
+        )
         if match:
             found[match[1]] = match[2]
     return found
@@ -343,8 +345,19 @@ def test_the_suite_catches_a_broken_function(migrated_db, mutation):
     file, edits, guarantees, test_name = MUTATIONS[mutation]
     guarantee, *others = guarantees.split("+")
     break_function(migrated_db, file, *edits)
+    # Only the tests of the guarantees the mutation may break (a test proving several runs
+    # if any is named): the whole suite per mutation took most of CI's time.
     # -n 2: the suite waits more than it computes (idle-timeout, race and relay tests)
-    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q", "-n", "2")
+    result = run_agentkeel(
+        "conformance",
+        "--dsn",
+        migrated_db,
+        "-q",
+        "-n",
+        "2",
+        "--guarantee",
+        guarantees.replace("+", ","),
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     table = verdicts(result.stdout)
     assert table[guarantee] == "FAILED"
@@ -381,6 +394,23 @@ def test_read_only_runs_only_the_catalog_checks_and_writes_nothing(migrated_db):
     table = verdicts(result.stdout)
     assert (table["G1"], table["G12"], table["G2"]) == ("passed", "passed", "not covered")
     assert row_counts(migrated_db) == before
+
+
+def test_guarantee_runs_only_the_tests_of_the_guarantees_named(migrated_db):
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "--guarantee", "g4,G9", "-q")
+    assert result.returncode == 0, result.stdout[-3000:]
+    table = verdicts(result.stdout)
+    assert (table["G4"], table["G9"]) == ("passed", "passed")
+    assert table["G1"] == table["G7"] == "not selected"
+    assert re.search(r"^\d+ passed", result.stdout.splitlines()[-1])
+    assert "deselected" in result.stdout.splitlines()[-1]
+
+
+def test_an_unknown_guarantee_is_a_usage_error_before_any_test(migrated_db):
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "--guarantee", "G13", "-q")
+    assert result.returncode == 2
+    assert "unknown guarantee G13" in result.stdout + result.stderr
+    assert "passed" not in result.stdout
 
 
 def test_a_drifted_database_fails_g12(migrated_db):

@@ -42,7 +42,24 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--keel-no-prepare", False):  # seen by xdist and race worker processes
         os.environ[NO_PREPARE_ENV] = "1"
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
-        config.pluginmanager.register(GuaranteeReport(), "agentkeel-guarantee-report")
+        config.pluginmanager.register(
+            GuaranteeReport(selected_guarantees(config)), "agentkeel-guarantee-report"
+        )
+
+
+def selected_guarantees(config: pytest.Config) -> frozenset[str] | None:
+    """The guarantees --keel-guarantee names (None: all); an unknown id is a usage error."""
+    value = config.getoption("--keel-guarantee", None)
+    if value is None:
+        return None
+    gids = [g.strip().upper() for g in str(value).split(",") if g.strip()]
+    unknown = [g for g in gids if g not in GUARANTEES]
+    if not gids or unknown:
+        raise pytest.UsageError(
+            f"--guarantee: unknown guarantee {', '.join(unknown) or repr(value)}"
+            f" (one or more of {', '.join(GUARANTEES)}, comma-separated)"
+        )
+    return frozenset(gids)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -90,6 +107,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kept = [item for item in items if item.get_closest_marker("read_only")]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
         items[:] = kept
+    selected = selected_guarantees(config)
+    if selected is not None:
+        kept = [
+            item
+            for item in items
+            if selected.intersection(g for m in item.iter_markers("guarantee") for g in m.args)
+        ]
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
     for item in items:
         for mark in item.iter_markers("guarantee"):
             for gid in mark.args:
@@ -108,7 +134,7 @@ def _reason(report: pytest.TestReport) -> str:
     return str(longrepr).strip().splitlines()[-1] if longrepr else ""
 
 
-def guarantee_table(results: Results) -> Table:
+def guarantee_table(results: Results, selected: frozenset[str] | None = None) -> Table:
     table = Table(
         "guarantee",
         "title",
@@ -122,10 +148,13 @@ def guarantee_table(results: Results) -> Table:
     for gid, title in GUARANTEES.items():
         tests = results.get(gid, {})
         counts = {k: sum(1 for o, _ in tests.values() if o == k) for k in OUTCOME_RANK}
-        if not tests:
-            verdict = Text("not covered", style="dim")
-        elif counts["failed"]:
+        if counts["failed"]:
             verdict = Text("FAILED", style="bold red")
+        elif selected is not None and gid not in selected:
+            # Some of its tests may have run, as tests of a selected guarantee too.
+            verdict = Text("not selected", style="dim")
+        elif not tests:
+            verdict = Text("not covered", style="dim")
         elif counts["passed"]:
             verdict = Text("passed", style="green")
         else:
@@ -145,8 +174,9 @@ def guarantee_table(results: Results) -> Table:
 class GuaranteeReport:
     """Collects each test's outcome per guarantee and prints the table at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, selected: frozenset[str] | None = None) -> None:
         self.results: Results = defaultdict(dict)
+        self.selected = selected
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         gids = [str(value) for key, value in report.user_properties if key == "guarantee"]
@@ -175,7 +205,7 @@ class GuaranteeReport:
             highlight=False,
             soft_wrap=True,  # one line per failure, however long, so CI logs stay greppable
         )
-        console.print(guarantee_table(self.results))
+        console.print(guarantee_table(self.results, self.selected))
         for gid in GUARANTEES:
             for nodeid, (outcome, reason) in sorted(self.results.get(gid, {}).items()):
                 if outcome == "passed":

@@ -66,6 +66,12 @@ SUITE_OPTIONS = (
         "DSN",
     ),
     SuiteOption("read-only", "Run only the catalog checks: nothing is written to the database."),
+    SuiteOption(
+        "guarantee",
+        "Run only the tests that prove these guarantees, comma-separated (G1,G5); the "
+        "others are reported as not selected.",
+        "G1[,G5...]",
+    ),
     SuiteOption("migrate", "Apply agentkeel migrations to the database under test first."),
     SuiteOption(
         "testcontainers",
