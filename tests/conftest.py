@@ -7,6 +7,7 @@ Set $AGENTKEEL_TEST_ADMIN_DSN to a superuser DSN to test against another server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -139,3 +140,21 @@ def run_agentkeel(
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def temporary_login(dsn: str, *groups: str) -> Iterator[str]:
+    """A login role of its own (a unique name: roles are cluster-wide) in the given group
+    roles; yields its DSN and drops it afterwards."""
+    name = f"akt_{groups[0].removeprefix('keel_')}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("create role {} login in role {}").format(
+                sql.Identifier(name), sql.SQL(", ").join(map(sql.Identifier, groups))
+            )
+        )
+    try:
+        yield conninfo.make_conninfo(dsn, user=name)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import sql
 
 from agentkeel.client import Keel
 from agentkeel.distribute import CITUS_VARIANTS
+from conftest import temporary_login
 
 WORKFLOW = "citus-claim"
 CLAIM = "select tenant_id, task_id, fencing_token from keel.claim_next_task(%s, p_workflow => %s)"
@@ -37,16 +38,8 @@ def variant_db(migrated_db: str) -> str:
 
 @pytest.fixture
 def worker(variant_db: str) -> Iterator[str]:
-    name = f"akt_worker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(variant_db, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("create role {} login in role keel_worker").format(sql.Identifier(name))
-        )
-    try:
-        yield conninfo.make_conninfo(variant_db, user=name)
-    finally:
-        with psycopg.connect(variant_db, autocommit=True) as conn:
-            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
+    with temporary_login(variant_db, "keel_worker") as dsn:
+        yield dsn
 
 
 def _tasks(dsn: str, per_tenant: list[int]) -> list[tuple[uuid.UUID, list[uuid.UUID]]]:

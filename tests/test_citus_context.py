@@ -20,10 +20,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import sql
 
 from agentkeel.client import Keel
 from agentkeel.distribute import CITUS_VARIANTS
+from conftest import temporary_login
 
 WORKFLOW = "citus-context"
 COORDINATOR_STAMP = "1733200000.123456"  # the coordinator's now(), never this node's
@@ -65,30 +66,17 @@ def cluster_node(migrated_db: str) -> tuple[str, uuid.UUID, uuid.UUID]:
     return migrated_db, a, b
 
 
-def _login(dsn: str, group: str) -> Iterator[str]:
-    name = f"akt_{group}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("create role {} login in role {}").format(
-                sql.Identifier(name), sql.Identifier(group)
-            )
-        )
-    try:
-        yield conninfo.make_conninfo(dsn, user=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
-
-
 @pytest.fixture
 def owner_login(cluster_node: tuple[str, uuid.UUID, uuid.UUID]) -> Iterator[str]:
     """As a worker connection of a SECURITY DEFINER function runs: a keel_owner login."""
-    yield from _login(cluster_node[0], "keel_owner")
+    with temporary_login(cluster_node[0], "keel_owner") as dsn:
+        yield dsn
 
 
 @pytest.fixture
 def agent_login(cluster_node: tuple[str, uuid.UUID, uuid.UUID]) -> Iterator[str]:
-    yield from _login(cluster_node[0], "keel_agent")
+    with temporary_login(cluster_node[0], "keel_agent") as dsn:
+        yield dsn
 
 
 def _worker_part(
@@ -202,7 +190,8 @@ def test_without_citus_the_variant_behaves_as_the_shipped_function(migrated_db):
 
 @pytest.fixture
 def app_login(cluster_node: tuple[str, uuid.UUID, uuid.UUID]) -> Iterator[str]:
-    yield from _login(cluster_node[0], "keel_app")
+    with temporary_login(cluster_node[0], "keel_app") as dsn:
+        yield dsn
 
 
 def test_application_roles_still_read_after_the_privileges_are_applied_again(

@@ -13,25 +13,18 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from psycopg import sql
 
 from agentkeel.client import Keel
+from conftest import temporary_login
 
 WORKFLOW = "worker-context"
 
 
 @pytest.fixture
 def agent_dsn(migrated_db: str) -> Iterator[str]:
-    name = f"akt_agent_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("create role {} login in role keel_agent").format(sql.Identifier(name))
-        )
-    try:
-        yield conninfo.make_conninfo(migrated_db, user=name)
-    finally:
-        with psycopg.connect(migrated_db, autocommit=True) as conn:
-            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
+    with temporary_login(migrated_db, "keel_agent") as dsn:
+        yield dsn
 
 
 @pytest.fixture
