@@ -1,5 +1,6 @@
 -- Tenant isolation (G1), on Citus: the stamp that ties a tenant context to one transaction.
 -- Installed by `agentkeel distribute` in place of functions/context_stamp.sql.
+-- agentkeel:requires functions/context_relayed.sql
 -- keel.current_tenant() honours a context only while the setting keel.context_stamp
 -- equals this function. On the node where the transaction began (the coordinator, or any
 -- node a client connects to) that is, as on PostgreSQL, the transaction's own now(): a
@@ -7,11 +8,11 @@
 -- On a worker, the coordinator's SET LOCAL keel.context_stamp arrives in the worker's
 -- part of the distributed transaction and carries the coordinator's now(), never the
 -- worker's: there (keel.context_relayed()) the propagated stamp is the transaction's
--- stamp. It reached the worker as a SET LOCAL, so it ends with this transaction too; a
--- session-level value on such a connection could only come from a set_config(..., false)
--- or SET pushed down by that connection's own login, which no keel function does (lint
--- citus.set_config) and agents cannot (no table privilege).
--- agentkeel:requires functions/context_relayed.sql
+-- stamp. It reached the worker as a SET LOCAL, so it ends with this transaction too. A
+-- session-level value left on such a connection would be honoured by a later relayed
+-- transaction that binds no context of its own: no keel function leaves one (lint
+-- citus.set_config), but SQL an agent smuggles into the workers can (README, "Known hole
+-- on Citus"), as it could then do anything else there as keel_owner.
 -- A SQL function with a standard body, inlined into keel.current_tenant() and so into
 -- every policy; keel.context_relayed() runs only when the stamp is not this node's.
 create or replace function keel.context_stamp()
