@@ -113,8 +113,11 @@ def test_a_worker_honours_the_stamp_the_coordinator_propagated(cluster_node, own
     coordinator's). Fails with the PostgreSQL keel.context_stamp."""
     _, a, _ = cluster_node
     with psycopg.connect(owner_login) as conn:
-        _worker_part(conn, initiator=0, tenant=a)
-        assert _seen(conn) == (a, [a, a])
+        # Initiated by the coordinator (group 0), or by another worker (Citus MX).
+        for initiator in (0, WORKER_GROUP + 3):
+            _worker_part(conn, initiator=initiator, tenant=a)
+            assert _seen(conn) == (a, [a, a])
+            conn.execute("rollback")
 
 
 def test_the_same_settings_outside_a_relayed_transaction_count_for_nothing(
