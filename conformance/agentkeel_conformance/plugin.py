@@ -103,6 +103,11 @@ def preflight(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # every test, selected or not: a mistyped id is never just skipped
+        for mark in item.iter_markers("guarantee"):
+            for gid in mark.args:
+                if gid not in GUARANTEES:
+                    raise pytest.UsageError(f"{item.nodeid}: unknown guarantee {gid!r}")
     if config.getoption("--keel-read-only"):
         kept = [item for item in items if item.get_closest_marker("read_only")]
         config.hook.pytest_deselected(items=[i for i in items if i not in kept])
@@ -119,8 +124,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for mark in item.iter_markers("guarantee"):
             for gid in mark.args:
-                if gid not in GUARANTEES:
-                    raise pytest.UsageError(f"{item.nodeid}: unknown guarantee {gid!r}")
                 item.user_properties.append(("guarantee", gid))
 
 

@@ -1190,7 +1190,10 @@ def conformance(dsn: str | None, pytest_args: tuple[str, ...]) -> None:
     if mapped is None:
         mapped = ExitCode.INTERNAL
     if code == 5:
-        fail("no test ran: the selection (-k, -m, --read-only) matched nothing", mapped)
+        fail(
+            "no test ran: the selection (-k, -m, --read-only, --guarantee) matched nothing",
+            mapped,
+        )
     if code == 3:
         fail("pytest reported an internal error (above)", mapped)
     sys.exit(int(mapped))

@@ -383,8 +383,8 @@ def script(layout: Layout) -> str:
         "-- The Citus code paths are tested on PostgreSQL only: run the conformance suite",
         '-- against the coordinator before production traffic (README, "Scale-out on Citus").',
         "-- Give agent logins no direct connection to the cluster: Citus runs the rest of a",
-        "-- multi-statement query holding a SET LOCAL on the workers as keel_owner (README,",
-        '-- "Known hole on Citus").',
+        "-- multi-statement query holding a SET LOCAL on the workers as keel_owner, for any",
+        '-- login that may call a SECURITY DEFINER function (README, "Known hole on Citus").',
     ]
     if not steps:
         out.append("-- Nothing to do: every table, function, setting and key is in place.")
