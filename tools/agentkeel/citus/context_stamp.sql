@@ -21,14 +21,12 @@ language sql
 stable
 return (
     case
+        -- Unset, or this node's own stamp: nothing to ask Citus.
         when
-            pg_catalog.current_setting('keel.context_stamp', true)
-            = (extract(epoch from pg_catalog.now()))::text
+            coalesce(pg_catalog.current_setting('keel.context_stamp', true), '')
+            in ('', (extract(epoch from pg_catalog.now()))::text)
             then (extract(epoch from pg_catalog.now()))::text
-        when
-            coalesce(pg_catalog.current_setting('keel.context_stamp', true), '') <> ''
-            and keel.context_relayed()
-            then pg_catalog.current_setting('keel.context_stamp', true)
+        when keel.context_relayed() then pg_catalog.current_setting('keel.context_stamp', true)
         else (extract(epoch from pg_catalog.now()))::text
     end
 );
