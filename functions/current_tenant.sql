@@ -3,6 +3,7 @@
 -- search_path games by the caller) and the planner inlines it into every policy, so the
 -- trusted path costs almost nothing per row.
 -- agentkeel:requires functions/verify_tenant_token.sql
+-- agentkeel:requires functions/verify_context_proof.sql
 -- agentkeel:requires functions/context_stamp.sql
 -- agentkeel:requires functions/trusted_session.sql
 create or replace function keel.current_tenant()
@@ -27,10 +28,14 @@ return (
         when keel.trusted_session()
             -- A malformed id fails the cast (22P02): closed, never another tenant.
             then nullif(pg_catalog.current_setting('keel.tenant_id', true), '')::uuid
-        when coalesce(pg_catalog.current_setting('keel.tenant_token', true), '') = '' then null
-        else keel.verify_tenant_token(pg_catalog.current_setting('keel.tenant_token', true))
+        when coalesce(pg_catalog.current_setting('keel.tenant_token', true), '') <> ''
+            then keel.verify_tenant_token(pg_catalog.current_setting('keel.tenant_token', true))
+        -- On a Citus worker: the proof the coordinator made of the token it verified,
+        -- bound to this login (keel.context_proof); no token key exists on a worker.
+        when coalesce(pg_catalog.current_setting('keel.context_proof', true), '') <> ''
+            then keel.verify_context_proof(pg_catalog.current_setting('keel.context_proof', true))
     end
 );
 
 comment on function keel.current_tenant() is
-'The tenant of this transaction, or null when none is set (RLS then shows nothing). Trusted sessions (members of keel_app, keel_worker, keel_owner) use SET LOCAL keel.tenant_id; all others need set_config(''keel.tenant_token'', $1, true) with a token from keel.mint_tenant_token, verified on use. Either counts only after keel.bind_tenant_context() in the same transaction (G1).';
+'The tenant of this transaction, or null when none is set (RLS then shows nothing). Trusted sessions (members of keel_app, keel_worker, keel_owner) use SET LOCAL keel.tenant_id; all others need set_config(''keel.tenant_token'', $1, true) with a token from keel.mint_tenant_token, verified on use (on a Citus worker, the coordinator''s keel.context_proof of it). Either counts only after keel.bind_tenant_context() in the same transaction (G1).';

@@ -13,6 +13,7 @@ parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
     values
+    ('keel.context_keys', 'local'),
     ('keel.migration_history', 'local'),
     ('keel.outbox_topics', 'reference'),
     ('keel.redaction_rules', 'reference'),

@@ -8,10 +8,10 @@
 -- tenant (42K06), so one transaction still acts for one tenant; an agent still needs its
 -- signed token (42K01 without it); table reads without a context still see nothing; and
 -- the adopted context is SET LOCAL, so it ends with the transaction.
--- Volatile, because it then sets the verified tenant as the transaction's plain context
--- (keel.set_tenant_context) so that worker nodes of a Citus cluster, which trust only
--- keel.tenant_id, see exactly the tenant verified here. A non-volatile PL/pgSQL function
--- could not run SET; callers invoke it with PERFORM, so it is never inlined or folded.
+-- Volatile, because it may set the context (keel.set_tenant_context); a non-volatile
+-- PL/pgSQL function could not run SET. Callers invoke it with PERFORM, so it is never
+-- inlined or folded. On Citus it runs on the node that holds the tenant, inside the
+-- delegated call, where an agent's context is the coordinator's proof of its token.
 create or replace function keel.require_tenant(p_tenant_id uuid)
 returns uuid
 language plpgsql
@@ -32,6 +32,17 @@ begin
             message = 'this transaction took tasks of several tenants and acts for none of them',
             hint = 'Act on each claimed task in a transaction of its own (the client does: one call, one transaction).';
     end if;
+    -- On a Citus worker, inside a transaction block another node began (a delegated call
+    -- of a multi-statement transaction), a tenant adopted here would be this node's
+    -- alone: the next call, on another node, could adopt another one. So there the
+    -- transaction must have set its tenant first (keel.use_tenant, which the coordinator
+    -- propagates to every node). One statement in autocommit still adopts.
+    if v_context is null and keel.trusted_session() and keel.context_relayed() then
+        raise exception using
+            errcode = '42K01',
+            message = 'no tenant context in this transaction block',
+            hint = 'On Citus a transaction block sets its tenant first: select keel.use_tenant($1); the agentkeel client does this per transaction.';
+    end if;
     if v_context is null and keel.trusted_session() then
         perform keel.set_tenant_context(p_tenant_id);
         return p_tenant_id;
@@ -48,15 +59,9 @@ begin
             message = 'the tenant argument is not the tenant of this transaction',
             hint = 'Pass the tenant id the context was set for.';
     end if;
-    -- Set only when the plain setting is not already the verified tenant (an agent's
-    -- first call in a transaction; anything planted there is overwritten). The stamp is
-    -- this transaction's already: keel.current_tenant() returned a tenant.
-    if pg_catalog.current_setting('keel.tenant_id', true) is distinct from v_context::text then
-        perform keel.set_tenant_context(v_context);
-    end if;
     return v_context;
 end;
 $$;
 
 comment on function keel.require_tenant(uuid) is
-'Raises tenant_context_missing (42K01) when an untrusted login (not keel.trusted_session) has no verified context, tenant_context_mismatch (42K06) when the transaction has a context and p_tenant_id is another tenant; a trusted login without a context gets p_tenant_id as its context. Returns the tenant, after setting it as the transaction''s plain context (keel.set_tenant_context: SET LOCAL keel.tenant_id and the stamp) so that Citus worker nodes see the verified tenant. Called first by every SECURITY DEFINER API function.';
+'Raises tenant_context_missing (42K01) when an untrusted login (not keel.trusted_session) has no verified context, tenant_context_mismatch (42K06) when the transaction has a context and p_tenant_id is another tenant; a trusted login without a context gets p_tenant_id as its context. Returns the tenant. Called first by every SECURITY DEFINER API function.';

@@ -8,27 +8,16 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_version integer;
-    v_key bytea;
-    v_inner bytea;
-    v_outer bytea;
+    v_key record;
 begin
-    -- 32 random bytes from two version-4 uuids (244 random bits), zero-padded to the
-    -- 64-byte SHA-256 block, then xor-ed with the HMAC pads once, here.
-    v_key := decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')
-        || decode(repeat('00', 32), 'hex');
-    v_inner := v_key;
-    v_outer := v_key;
-    for i in 0..63 loop
-        v_inner := set_byte(v_inner, i, get_byte(v_key, i) # 54);
-        v_outer := set_byte(v_outer, i, get_byte(v_key, i) # 92);
-    end loop;
+    select * into v_key from keel.hmac_key_pads();
     lock table keel.tenant_token_keys in exclusive mode;
     select coalesce(max(k.key_version), 0) + 1 into v_version from keel.tenant_token_keys as k;
     if p_retire_previous then
         update keel.tenant_token_keys as k set retired_at = now() where k.retired_at is null;
     end if;
     insert into keel.tenant_token_keys (key_version, inner_key, outer_key)
-    values (v_version, v_inner, v_outer);
+    values (v_version, v_key.inner_key, v_key.outer_key);
     return v_version;
 end;
 $$;

@@ -1,4 +1,4 @@
--- Tenant tokens (G1): HMAC-SHA256 with the built-in sha256(), keys never leave the table.
+-- Tenant tokens (G1): the signature of a token, keys never leave the table.
 create or replace function keel.tenant_token_signature(p_key_version integer, p_message text)
 returns text
 language plpgsql
@@ -15,10 +15,7 @@ begin
     if not found then
         return null;
     end if;
-    return encode(
-        sha256(v_key.outer_key || sha256(v_key.inner_key || convert_to(p_message, 'UTF8'))),
-        'hex'
-    );
+    return keel.hmac_sha256(v_key.inner_key, v_key.outer_key, p_message);
 end;
 $$;
 

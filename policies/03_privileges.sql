@@ -27,6 +27,7 @@ keel.trusted_session(),
 keel.context_stamp(),
 keel.context_relayed(),
 keel.verify_tenant_token(text),
+keel.verify_context_proof(text),
 keel.error_codes()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 
@@ -37,6 +38,11 @@ to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
 -- Binding a context to its transaction: every role that sets one.
 grant execute on function keel.bind_tenant_context()
 to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+-- The plain tenant context for a transaction, in one statement with a bound parameter.
+grant execute on function keel.use_tenant(uuid)
+to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+-- On Citus an agent's bind also turns its verified token into the workers' proof.
+grant execute on function keel.context_proof(text) to keel_agent;
 
 -- The declared global tables and the tenant tables: what `agentkeel check` reads as
 -- whichever trusted role runs it.
@@ -62,6 +68,19 @@ to keel_worker;
 
 -- The recoverer (G5): takes over the stale tasks of every tenant, like the claim above.
 grant execute on function keel.recover_stale_tasks(integer, text, text, integer) to keel_worker;
+-- The per-tenant steps of the claim and the recoverer, and what their Citus variants
+-- (SECURITY INVOKER, tools/agentkeel/citus/) call as the worker login.
+grant execute on function
+keel.claim_due_task(uuid, uuid, text, interval, text),
+keel.recover_stale_task(uuid, uuid, text, integer),
+keel.check_claim_limit(integer),
+keel.max_recovery_attempts()
+to keel_worker;
+grant execute on function
+keel.check_lease_request(text, interval, timestamptz),
+keel.interval_end(text, interval, timestamptz, interval),
+keel.set_claim_scan(boolean)
+to keel_worker, keel_relay;
 
 -- Sessions of chat-loop agents: each call in its own tenant, terminal outcomes protected.
 grant execute on function
@@ -104,6 +123,14 @@ keel.nack_outbox(uuid, uuid, bigint, text, boolean),
 keel.release_outbox(uuid, uuid, bigint),
 keel.outbox_status()
 to keel_relay;
+-- The per-message step of the relay's claim; on Citus its variant (SECURITY INVOKER)
+-- scans the metadata of every tenant's pending messages as the relay login (policy
+-- outbox_relay_scan): never payloads or headers.
+grant execute on function keel.claim_due_message(uuid, uuid, text, interval, text) to keel_relay;
+grant select (
+    tenant_id, message_id, topic, message_key, state, available_at, created_at, position,
+    claimed_by
+) on keel.outbox to keel_relay;
 
 -- Durable steps and checkpoints (G8): whoever acts on a task, fenced by its lease. The
 -- wrapped data keys are useless without the client's key provider; destroying them

@@ -66,3 +66,20 @@ drop policy if exists task_events_auditor on keel.task_events;
 create policy task_events_auditor on keel.task_events
 for select to keel_auditor
 using (true);
+-- On Citus the cross-tenant scans run as the caller's own login, never as keel_owner (no
+-- login may act on a worker as the owner of the tables): the variants of
+-- keel.claim_next_tasks and keel.recover_stale_tasks (tools/agentkeel/citus/) read
+-- candidates of every tenant as the worker login while the flag is on, then claim each one
+-- on its tenant's node. A trusted worker login could read any tenant by setting its
+-- context anyway; this only lets it do so in one statement. Select only.
+drop policy if exists tasks_worker_scan on keel.tasks;
+create policy tasks_worker_scan on keel.tasks
+for select to keel_worker
+using (current_setting('keel.scan_all_tenants', true) = 'on');
+-- keel_relay delivers every tenant's messages; on Citus its claim scans the metadata of
+-- every tenant's messages as the relay login (column grants in 03_privileges.sql: never
+-- payload or headers), then claims each one on its tenant's node.
+drop policy if exists outbox_relay_scan on keel.outbox;
+create policy outbox_relay_scan on keel.outbox
+for select to keel_relay
+using (true);

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+import citus_cluster
 from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
@@ -73,6 +74,29 @@ def migrated_db(db: str) -> str:
     with psycopg.connect(db, autocommit=True) as conn:
         migrate_up(conn, sql_root())
     return db
+
+
+@pytest.fixture(scope="session")
+def citus_admin_dsn() -> str:
+    """The Citus cluster's coordinator, as a superuser ($AGENTKEEL_CITUS_DSN); skips
+    when it is unset (tests/citus_cluster.py)."""
+    return citus_cluster.admin_dsn()
+
+
+@pytest.fixture
+def citus_db(citus_admin_dsn: str) -> Iterator[str]:
+    """A fresh, empty database on every node of the Citus cluster (Citus installed, the
+    nodes added), dropped afterwards: the coordinator's superuser DSN."""
+    with citus_cluster.fresh_database(citus_admin_dsn) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def citus_keel(citus_db: str) -> str:
+    """A fresh Citus database with agentkeel migrated and distributed (`agentkeel migrate
+    up`, then `agentkeel distribute --apply`)."""
+    citus_cluster.migrate_and_distribute(citus_db)
+    return citus_db
 
 
 @pytest.fixture(scope="session")

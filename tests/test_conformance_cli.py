@@ -172,11 +172,17 @@ MUTATIONS = {
         "G1",
         "test_a_session_level_app_context_is_ignored_by_later_transactions",
     ),
-    "G1: verified_context, require_tenant no longer sets the verified tenant": (
-        "require_tenant.sql",
-        [(r"perform keel.set_tenant_context\(v_context\);", "", 1)],
+    "G1: agent_plain_context, an agent's plain tenant id is honoured like a trusted one": (
+        "trusted_session.sql",
+        [
+            (
+                r"(pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\))",
+                r"\1 or pg_catalog.pg_has_role(session_user, 'keel_agent', 'member')",
+                1,
+            )
+        ],
         "G1",
-        "test_after_a_call_the_transaction_carries_exactly_the_verified_tenant",
+        "test_a_tenant_id_an_agent_plants_gives_it_nothing",
     ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",

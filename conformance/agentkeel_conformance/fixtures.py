@@ -194,10 +194,39 @@ def worker_keel(connect: Connect) -> Keel:
 
 
 @pytest.fixture(scope="session")
-def workflow(role_dsn: Callable[[str], str], owner_dsn: str) -> Iterator[Workflow]:
+def on_citus(keel_dsn: str) -> bool:
+    """The database under test is distributed on Citus (keel.tasks is a Citus table)."""
+    with suite_connect(keel_dsn, autocommit=True) as conn:
+        row = conn.execute("select to_regclass('pg_catalog.pg_dist_partition')").fetchone()
+        if not row or row[0] is None:
+            return False
+        row = conn.execute(
+            "select exists (select 1 from pg_catalog.pg_dist_partition"
+            " where logicalrelid = 'keel.tasks'::regclass)"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.fixture(scope="session")
+def workflow_dsn(role_dsn: Callable[[str], str], owner_dsn: str, on_citus: bool) -> str:
+    """Who defines workflows: a keel_app login; on Citus the owner's login, since a
+    workflow lives in reference tables, written on every node as the role that runs
+    keel.define_workflow (there SECURITY INVOKER: docs/citus.md)."""
+    return owner_dsn if on_citus else role_dsn("keel_app")
+
+
+@pytest.fixture
+def workflow_keel(workflow_dsn: str) -> Iterator[Keel]:
+    """The client as whoever defines workflows (workflow_dsn)."""
+    with suite_connect(workflow_dsn, autocommit=True) as conn:
+        yield Keel(conn)
+
+
+@pytest.fixture(scope="session")
+def workflow(workflow_dsn: str, owner_dsn: str) -> Iterator[Workflow]:
     """A workflow version private to this test session, removed at the end."""
     wf = Workflow(f"{WORKFLOW_PREFIX}{uuid.uuid4().hex[:12]}", 1)
-    with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
+    with suite_connect(workflow_dsn, autocommit=True) as conn:
         Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, EDGES)
     yield wf
     with suite_connect(owner_dsn, autocommit=True) as conn:

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
@@ -306,9 +306,17 @@ def fuzz_world(keel, tenant, new_task):
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))
-def test_hostile_input_gets_only_documented_errors(function, fuzz_world, connect, workflow):
-    """No mutation: randomised input: which planted bug it finds depends on the draw."""
-    conn = connect(role=CALLER.get(function))
+def test_hostile_input_gets_only_documented_errors(
+    function, fuzz_world, connect, workflow, on_citus, workflow_keel
+):
+    """No mutation: randomised input: which planted bug it finds depends on the draw.
+    On Citus a NULL tenant id is never sent to a function Citus delegates by it: Citus
+    13.2 crashes the coordinator on a NULL distribution argument (docs/citus.md, "Citus
+    bugs agentkeel works around"); the agentkeel client refuses it before sending."""
+    if function == "define_workflow" and on_citus:
+        conn = workflow_keel.conn  # on Citus the owner's login defines workflows
+    else:
+        conn = connect(role=CALLER.get(function))
     real = {**fuzz_world, "wf": workflow.name}
     types = signature(conn, function)
 
@@ -324,6 +332,7 @@ def test_hostile_input_gets_only_documented_errors(function, fuzz_world, connect
     def attack(args: dict[str, Any]) -> None:
         values = {k: real.get(v, v) if isinstance(v, str) else v for k, v in args.items()}
         values = {k: json_text(v) if k in JSON_PARAMS else v for k, v in values.items()}
+        assume(not (on_citus and "tenant_id" in values and values["tenant_id"] is None))
         query = sql.SQL("select * from keel.{}({})").format(
             sql.Identifier(function),
             sql.SQL(", ").join(

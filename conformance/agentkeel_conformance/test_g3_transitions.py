@@ -144,10 +144,12 @@ def test_two_transitions_from_one_version_have_one_winner(connect, tenant, new_t
     assert [e.seq for e in events] == [1, 2]
 
 
-def test_a_task_follows_the_workflow_version_it_was_created_with(keel, app_keel, tenant, workflow):
+def test_a_task_follows_the_workflow_version_it_was_created_with(
+    keel, workflow_keel, tenant, workflow
+):
     """No mutation: the pinned workflow version has no planted bug yet."""
     edges = [("queued", "running"), ("queued", "done"), ("running", "done")]
-    app_keel.define_workflow(workflow.name, 2, "queued", edges)
+    workflow_keel.define_workflow(workflow.name, 2, "queued", edges)
     old = keel.create_task(tenant, workflow.name, 1)
     new = keel.create_task(tenant, workflow.name, 2)
     with pytest.raises(IllegalTransition):
@@ -182,24 +184,26 @@ def test_malformed_outbox_messages_are_refused(keel, connect, tenant, new_task, 
         keel.transition_task(tenant, task.task_id, 1, "running", outbox=outbox)
 
 
-def test_a_task_created_in_a_terminal_state_is_never_due(keel, app_keel, tenant, workflow):
+def test_a_task_created_in_a_terminal_state_is_never_due(keel, workflow_keel, tenant, workflow):
     """An initial state with no edge out is terminal (keel.workflow_states): the task is
     finished at birth, so no worker leases a task that could never move.
     Mutation: born_due."""
-    app_keel.define_workflow(workflow.name, 10, "noted", [])
+    workflow_keel.define_workflow(workflow.name, 10, "noted", [])
     task = keel.create_task(tenant, workflow.name, 10)
     assert (task.state, task.wake_at) == ("noted", None)
     with pytest.raises(TaskNotClaimable):
         keel.claim_lease(tenant, task.task_id, "w")
 
 
-def test_declared_terminal_states_are_stored_once(app_keel, connect, workflow):
+def test_declared_terminal_states_are_stored_once(workflow_keel, connect, workflow):
     """define_workflow stores which states are terminal; what transition_task, create_task
     and claim_lease read (born_due and the terminal-lease test cover those readers).
     No mutation: a catalog row read directly."""
     edges = [("queued", "running"), ("running", "queued"), ("running", "done")]
-    assert app_keel.define_workflow(workflow.name, 11, "queued", edges, terminal_states=["done"])
-    assert app_keel.define_workflow(workflow.name, 11, "queued", edges) is False  # identical
+    assert workflow_keel.define_workflow(
+        workflow.name, 11, "queued", edges, terminal_states=["done"]
+    )
+    assert workflow_keel.define_workflow(workflow.name, 11, "queued", edges) is False  # identical
     rows = connect().execute(
         "select state, terminal from keel.workflow_states"
         " where workflow = %s and workflow_version = 11 order by state",
@@ -222,7 +226,7 @@ BAD_WORKFLOWS = {
 
 @pytest.mark.parametrize("problem", sorted(BAD_WORKFLOWS))
 def test_define_workflow_refuses_unreachable_and_dead_end_states(
-    app_keel, connect, workflow, problem
+    workflow_keel, connect, workflow, problem
 ):
     """A state no task can reach, or a non-terminal state no task can leave, is a broken
     workflow: refused before any task is pinned to it.
@@ -230,7 +234,9 @@ def test_define_workflow_refuses_unreachable_and_dead_end_states(
     initial, edges, terminal = BAD_WORKFLOWS[problem]
     version = 20 + sorted(BAD_WORKFLOWS).index(problem)
     with pytest.raises(InvalidArgument, match=problem):
-        app_keel.define_workflow(workflow.name, version, initial, edges, terminal_states=terminal)
+        workflow_keel.define_workflow(
+            workflow.name, version, initial, edges, terminal_states=terminal
+        )
     stored = connect().execute(
         "select count(*) from keel.workflows where workflow = %s and workflow_version = %s",
         (workflow.name, version),

@@ -36,15 +36,13 @@ def wait_past(lease: timedelta) -> None:
 
 
 @pytest.fixture(scope="module")
-def private_workflow(
-    role_dsn: Callable[[str], str], owner_dsn: str
-) -> Iterator[Callable[..., Workflow]]:
+def private_workflow(workflow_dsn: str, owner_dsn: str) -> Iterator[Callable[..., Workflow]]:
     """Define workflows only this module's tests use; removed at the end."""
     made: list[str] = []
 
     def _define(edges: tuple[tuple[str, str], ...] = EDGES) -> Workflow:
         wf = Workflow(f"{WORKFLOW_PREFIX}rec-{uuid.uuid4().hex[:10]}", 1)
-        with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
+        with suite_connect(workflow_dsn, autocommit=True) as conn:
             Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, edges)
         made.append(wf.name)
         return wf

@@ -406,13 +406,17 @@ def test_the_inbox_applies_each_effect_once(keel, tenant, workflow):
 def test_the_relay_role_can_claim_and_ack_but_read_or_write_nothing_else(
     keel, tenant, workflow, relay
 ):
-    """keel_relay has EXECUTE on the claim, ack, nack, release and status functions only:
-    no table or view, no tenant function. Tenant reads need a tenant context it cannot set.
+    """keel_relay has EXECUTE on the claim, ack, nack, release and status functions only,
+    and reads the metadata of every tenant's messages (what its claim scans on Citus),
+    never a payload or headers: no other table or view, no tenant function. Tenant reads
+    need a tenant context it cannot set.
     No mutation: the grants are also pinned by agentkeel check (shipped_grants)."""
     write(keel, tenant, workflow, [{"topic": "akc-private", "payload": {"n": 1}}])
     conn = relay().conn
     refused = [
-        ("select count(*) from keel.outbox", ()),
+        ("select payload from keel.outbox", ()),
+        ("select headers from keel.outbox", ()),
+        ("select * from keel.outbox", ()),
         ("select count(*) from keel.outbox_events", ()),
         ("select count(*) from keel.inbox", ()),
         ("update keel.outbox set state = 'delivered' where tenant_id = %s", (tenant,)),
@@ -462,13 +466,18 @@ def test_outbox_status_counts_without_payloads(keel, tenant, workflow, relay, pr
 
 
 def test_a_transition_that_writes_messages_wakes_listening_relays(
-    tenant, workflow, connect, prefix
+    tenant, workflow, connect, prefix, on_citus
 ):
     """NOTIFY keel_outbox, at commit, once per transition that wrote a message; none for
     a transition without messages. A hint only: relays poll as well. (The session listens
     to its own transitions and counts only its own notifications, by backend pid: other
     sessions of a parallel run notify the same channel.)
     No mutation: a wake-up hint; delivery never depends on it."""
+    if on_citus:
+        pytest.skip(
+            "on Citus transition_task runs on the worker that holds the tenant, and its"
+            " NOTIFY reaches listeners of that node only: relays poll (docs/citus.md)"
+        )
     conn = connect()
     if is_pooled(conn):
         pytest.skip("LISTEN needs a session of its own: a transaction pooler cannot keep one")

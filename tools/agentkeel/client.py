@@ -37,7 +37,7 @@ from agentkeel.checkpoints import (
     unseal,
     uuid7,
 )
-from agentkeel.errors import ERRORS, KeelError, translate
+from agentkeel.errors import ERRORS, InvalidArgument, KeelError, translate
 
 T = TypeVar("T")
 Json = Any
@@ -287,17 +287,15 @@ def keel_errors() -> Iterator[None]:
 
 
 def set_tenant_context(conn: psycopg.Connection, tenant_id: uuid.UUID) -> None:
-    """SET LOCAL keel.tenant_id, bound to the current transaction: its tenant, and its only.
+    """The trusted login's tenant context for the current transaction, and its only.
 
-    keel.bind_tenant_context() stamps the context with the transaction's start, so a value
-    left at session level (by anyone, on a pooled server connection) is never honoured.
-    One round trip: two statements in one simple query, no parameters.
+    keel.use_tenant sets it with SET LOCAL and stamps it with the transaction's start
+    (keel.bind_tenant_context), so a value left at session level (by anyone, on a pooled
+    server connection) is never honoured; a transaction that already acts for another
+    tenant refuses (42K06). One statement, the tenant as a bind parameter: the client
+    never sends a multi-statement query string (Citus would send its whole text on).
     """
-    conn.execute(
-        sql.SQL("set local keel.tenant_id = {}; select keel.bind_tenant_context()").format(
-            sql.Literal(str(tenant_id))
-        )
-    )
+    conn.execute("select keel.use_tenant(%s)", (tenant_id,))
 
 
 def set_tenant_token(conn: psycopg.Connection, token: str) -> None:
@@ -374,6 +372,10 @@ class Keel:
         optional: Mapping[str, Any] | None = None,
     ) -> list[T]:
         """select * from keel.<function>(p_name => value, ...); optional args only when not None."""
+        if "tenant_id" in args and args["tenant_id"] is None:
+            # Refused here, not sent: Citus 13.2 crashes the coordinator on a NULL
+            # distribution argument (docs/citus.md); the database would say the same.
+            raise InvalidArgument("a tenant id (not the nil uuid) is required")
         named = dict(args)
         named.update({k: v for k, v in (optional or {}).items() if v is not None})
         query = sql.SQL("select * from keel.{}({})").format(

@@ -1,12 +1,24 @@
-"""The Citus distribution step (CITUS.md §(a) item 26, and what a real cluster showed
-was missing: issue 9), generated from the catalog so that no table or function, including
-ones other releases add, can be forgotten.
+"""The Citus distribution step (CITUS.md §(a) item 26), generated from the catalog so that no
+table or function, including ones other releases add, can be forgotten.
+
+The execution model it sets up (README "Scale-out on Citus", docs/citus.md): every API
+call runs on the node that holds its tenant, as the caller's own login. Functions that
+take ``p_tenant_id`` and are granted to an application role are distributed by that
+argument with ``force_delegation``, so Citus sends the call itself to that node, inside a
+transaction block too, over a connection of the caller's login; the SECURITY DEFINER body
+then runs there against local shards only. ``keel_owner`` owns every object and may not
+log in on any node: Citus can never open a connection as the owner of the tables, so no
+login can get SQL of its choosing run as that owner on a worker (by a multi-statement
+``SET LOCAL``, citusdata/citus#356, or otherwise). Cross-tenant scans are SECURITY
+INVOKER variants (tools/agentkeel/citus/). An agent's token is verified on the
+coordinator only (the signing keys never leave it); workers trust a proof bound to the
+agent's login (``keel.context_proof``), signed with keys (``keel.context_keys``) this step
+creates and copies to every worker.
 
 `read_layout` reads the catalog (and, where Citus is installed, what is already
 distributed); `plan` is pure: catalog rows in, steps out, so a second run plans nothing
 for what the first one did and says so. `script` prints the plan; the CLI's `--apply`
-runs every step in one transaction. Unverified on a live Citus cluster: Citus cannot run
-where this is developed.
+runs every step in one transaction.
 """
 
 from __future__ import annotations
@@ -18,34 +30,48 @@ from pathlib import Path
 import psycopg
 from pglast import split
 
-# Plain tables that stay per node: read inside RLS policies (keys) or by the migrator.
-LOCAL_TABLES = ("keel.migration_history", "keel.tenant_token_keys")
-# The signing keys a node needs to verify an agent's token: copied to every worker.
-KEYS_TABLE = "keel.tenant_token_keys"
+from agentkeel.sql_files import sql_root
+
+# Plain per-node tables (keel.global_tables() placement 'local'), as lint knows them from
+# the files; read_layout takes them from the catalog.
+LOCAL_TABLES = ("keel.context_keys", "keel.migration_history", "keel.tenant_token_keys")
+# The keys a worker verifies an agent's context proof with: copied to every worker.
+KEYS_TABLE = "keel.context_keys"
+# The token signing keys: the coordinator's alone; removed from any worker that has them.
+TOKEN_KEYS_TABLE = "keel.tenant_token_keys"
 # Functions replaced on Citus by a variant shipped here (CITUS.md (b)): same signature.
 CITUS_DIR = Path(__file__).resolve().parent / "citus"
 CITUS_VARIANTS = sorted(CITUS_DIR.glob("*.sql"))
 # The comment every variant's function carries, so a run can tell it is installed.
 VARIANT_MARK = "Citus variant"
-# The role that owns the definer functions: Citus opens worker connections as it.
+# The shipped privileges, applied again once functions are on the workers.
+PRIVILEGES = Path("policies") / "03_privileges.sql"
+# keel functions a worker lets PUBLIC execute (a function Citus creates on a worker gets
+# PostgreSQL's default ACL before the shipped grants are applied to it).
+PUBLIC_FUNCTIONS = (
+    "select count(*) from pg_proc p where p.pronamespace = 'keel'::regnamespace"
+    " and (p.proacl is null or exists (select 1 from aclexplode(p.proacl) a where a.grantee = 0))"
+)
+# The role that owns every keel object; it must not log in on a cluster.
 OWNER = "keel_owner"
+APPLICATION_ROLES = ("keel_app", "keel_worker", "keel_relay", "keel_agent", "keel_auditor")
 DISTRIBUTION_ARGUMENT = "p_tenant_id"
 COLOCATE_WITH = "keel.tenants"
-# The digest of the keys on a node, to tell whether a worker's copy is current.
+# The digest of the context keys on a node, to tell whether a worker's copy is current.
 KEYS_DIGEST = (
     "select coalesce(string_agg(k.key_version::text || ':' || coalesce(k.retired_at::text, '')"
     " || ':' || md5(k.inner_key || k.outer_key), ',' order by k.key_version), '')"
-    " from keel.tenant_token_keys as k"
+    " from keel.context_keys as k"
 )
-# The keys table as every node has it: schema/0010_tenant_token_keys.sql's definition.
+# The keys table as every worker has it: schema/0031_context_keys.sql's definition.
 KEYS_DDL = (
-    "create table if not exists keel.tenant_token_keys ("
+    "create table if not exists keel.context_keys ("
     " key_version integer not null, inner_key bytea not null, outer_key bytea not null,"
     " created_at timestamptz not null default now(), retired_at timestamptz,"
-    " constraint tenant_token_keys_pkey primary key (key_version),"
-    " constraint tenant_token_keys_key_version_check check (key_version > 0),"
-    " constraint tenant_token_keys_inner_key_check check (octet_length(inner_key) = 64),"
-    " constraint tenant_token_keys_outer_key_check check (octet_length(outer_key) = 64))"
+    " constraint context_keys_pkey primary key (key_version),"
+    " constraint context_keys_key_version_check check (key_version > 0),"
+    " constraint context_keys_inner_key_check check (octet_length(inner_key) = 64),"
+    " constraint context_keys_outer_key_check check (octet_length(outer_key) = 64))"
 )
 
 
@@ -68,18 +94,26 @@ class Layout:
     local_tables: list[str]
     triggered: set[str]
     foreign_keys: list[tuple[str, str, str]]  # table, constraint, definition
-    api_functions: list[str]  # regprocedure text of functions taking p_tenant_id
-    helper_functions: list[str] = field(default_factory=list)  # every other keel function
+    # Delegated by p_tenant_id: granted to an application role, reading no local table.
+    api_functions: list[str]
+    # Propagated to every node, never delegated: every other keel function...
+    helper_functions: list[str] = field(default_factory=list)
+    # ...except those that depend on a local table, which stay on the coordinator.
+    coordinator_functions: list[str] = field(default_factory=list)
     database: str = ""
     # What a run before this one already did (empty where Citus is not installed):
     distributed_tables: frozenset[str] = frozenset()  # pg_dist_partition
     distributed_functions: frozenset[str] = frozenset()  # pg_dist_object
+    delegated_functions: frozenset[str] = frozenset()  # by p_tenant_id, force_delegation
     installed_variants: frozenset[str] = frozenset()  # functions carrying VARIANT_MARK
     owner_can_login: bool = False
     database_propagates_set_local: bool = False  # ALTER DATABASE ... SET done
-    keys_digest: str = ""  # the coordinator's keys
-    # each worker's keys (None: no table there); None: unknown, Citus is not installed
+    has_context_key: bool = False  # an active key in the coordinator's keel.context_keys
+    keys_digest: str = ""  # the coordinator's context keys
+    # each worker's context keys (None: no table there); None: unknown, no Citus
     worker_keys_digests: tuple[str | None, ...] | None = None
+    workers_with_token_keys: int = 0  # workers holding keel.tenant_token_keys
+    workers_public_functions: int = 0  # keel functions PUBLIC may execute, over workers
     variants: tuple[Variant, ...] = ()
 
 
@@ -88,6 +122,12 @@ class Step:
     title: str  # what it does, printed as a comment
     statements: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # what the DBA must do by hand, printed as comments
+
+
+def privileges() -> list[str]:
+    """The statements of the shipped privileges file, as migrate applies them."""
+    text = (sql_root() / PRIVILEGES).read_text()
+    return [s.strip() for s in split(text, with_parser=True) if s.strip()]
 
 
 def variants() -> tuple[Variant, ...]:
@@ -103,6 +143,14 @@ def variants() -> tuple[Variant, ...]:
 
 
 def read_layout(conn: psycopg.Connection) -> Layout:
+    local = [
+        r[0]
+        for r in conn.execute(
+            "select g.table_name from keel.global_tables() as g"
+            " where g.placement = 'local' and to_regclass(g.table_name) is not null"
+            " order by 1"
+        )
+    ]
     tables = conn.execute(
         "select c.oid::regclass::text, c.oid in (select keel.tenant_tables())"
         " from pg_class c join pg_namespace n on n.oid = c.relnamespace"
@@ -123,12 +171,30 @@ def read_layout(conn: psycopg.Connection) -> Layout:
         " join pg_namespace n on n.oid = c.relnamespace"
         " where n.nspname = 'keel' and k.contype = 'f' order by 1, 2"
     ).fetchall()
+    # Per function: takes p_tenant_id; granted to an application role; depends on a local
+    # table (pg_depend: SQL-standard bodies); names a local table in its source (PL/pgSQL);
+    # carries the variant mark.
     functions = conn.execute(
-        "select p.oid::regprocedure::text, %s = any(coalesce(p.proargnames, '{}')),"
-        " coalesce(obj_description(p.oid, 'pg_proc'), '') like %s"
+        "select p.oid::regprocedure::text,"
+        " %(arg)s = any(coalesce(p.proargnames, '{}')),"
+        " exists (select 1 from unnest(%(roles)s::text[]) as r (role)"
+        "  where to_regrole(r.role) is not null"
+        "  and has_function_privilege(r.role, p.oid, 'execute')"
+        "  and not pg_has_role(r.role, p.proowner, 'usage')),"
+        " exists (select 1 from pg_depend d where d.classid = 'pg_proc'::regclass"
+        "  and d.objid = p.oid and d.refclassid = 'pg_class'::regclass"
+        "  and d.refobjid::regclass::text = any(%(local)s::text[])),"
+        " exists (select 1 from unnest(%(local)s::text[]) as l (t)"
+        "  where p.prosrc like '%%' || l.t || '%%'),"
+        " coalesce(obj_description(p.oid, 'pg_proc'), '') like %(mark)s"
         " from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
         " where n.nspname = 'keel' and p.prokind = 'f' order by 1",
-        (DISTRIBUTION_ARGUMENT, VARIANT_MARK + "%"),
+        {
+            "arg": DISTRIBUTION_ARGUMENT,
+            "roles": list(APPLICATION_ROLES),
+            "local": local,
+            "mark": VARIANT_MARK + "%",
+        },
     ).fetchall()
     row = conn.execute(
         "select current_database(),"
@@ -142,51 +208,84 @@ def read_layout(conn: psycopg.Connection) -> Layout:
     assert row is not None
     database, owner_login, propagates, has_keys = row
     keys_digest = ""
+    has_context_key = False
     if has_keys:
         digest = conn.execute(KEYS_DIGEST).fetchone()
         keys_digest = digest[0] if digest else ""
+        active = conn.execute(
+            "select exists (select 1 from keel.context_keys where retired_at is null)"
+        ).fetchone()
+        has_context_key = bool(active and active[0])
     distributed_tables: frozenset[str] = frozenset()
     distributed_functions: frozenset[str] = frozenset()
+    delegated: frozenset[str] = frozenset()
     worker_digests: tuple[str | None, ...] | None = None
+    token_keys_on_workers = 0
+    public_functions = 0
     if citus_installed(conn):
         distributed_tables = frozenset(
             r[0] for r in conn.execute("select logicalrelid::regclass::text from pg_dist_partition")
         )
-        distributed_functions = frozenset(
-            r[0]
-            for r in conn.execute(
-                "select objid::regprocedure::text from pg_catalog.pg_dist_object"
-                " where classid = 'pg_proc'::regclass"
-            )
-        )
+        dist = conn.execute(
+            "select objid::regprocedure::text,"
+            " distribution_argument_index is not null and coalesce(force_delegation, false)"
+            " from pg_catalog.pg_dist_object where classid = 'pg_proc'::regclass"
+        ).fetchall()
+        distributed_functions = frozenset(name for name, _ in dist)
+        delegated = frozenset(name for name, forced in dist if forced)
         worker_digests = tuple(
             (result if success else None)
             for success, result in conn.execute(
                 "select success, result from run_command_on_workers(%s)", (KEYS_DIGEST,)
             )
         )
+        token_keys_on_workers = sum(
+            1
+            for success, result in conn.execute(
+                "select success, result from run_command_on_workers(%s)",
+                (f"select to_regclass('{TOKEN_KEYS_TABLE}') is not null",),
+            )
+            if success and result == "t"
+        )
+        public_functions = sum(
+            int(result)
+            for success, result in conn.execute(
+                "select success, result from run_command_on_workers(%s)", (PUBLIC_FUNCTIONS,)
+            )
+            if success and result.isdigit()
+        )
     tenant = [name for name, has_tenant in tables if has_tenant]
-    local = [name for name, _ in tables if name in LOCAL_TABLES]
-    reference = [name for name, has_tenant in tables if not has_tenant and name not in LOCAL_TABLES]
+    reference = [name for name, has_tenant in tables if not has_tenant and name not in local]
     if "keel.tenants" in tenant:  # distributed first: every other table colocates with it
         tenant.remove("keel.tenants")
         tenant.insert(0, "keel.tenants")
     return Layout(
         tenant_tables=tenant,
         reference_tables=reference,
-        local_tables=local,
+        local_tables=[name for name, _ in tables if name in local],
         triggered=triggered,
         foreign_keys=fks,
-        api_functions=[name for name, api, _ in functions if api],
-        helper_functions=[name for name, api, _ in functions if not api],
+        api_functions=[
+            name for name, arg, granted, dep, src, _ in functions if arg and granted and not src
+        ],
+        helper_functions=[
+            name
+            for name, arg, granted, dep, src, _ in functions
+            if not dep and not (arg and granted and not src)
+        ],
+        coordinator_functions=[name for name, _, _, dep, _, _ in functions if dep],
         database=database,
         distributed_tables=distributed_tables,
         distributed_functions=distributed_functions,
-        installed_variants=frozenset(name for name, _, marked in functions if marked),
+        delegated_functions=delegated,
+        installed_variants=frozenset(name for name, *_, marked in functions if marked),
         owner_can_login=bool(owner_login),
         database_propagates_set_local=bool(propagates),
+        has_context_key=has_context_key,
         keys_digest=keys_digest,
         worker_keys_digests=worker_digests,
+        workers_with_token_keys=token_keys_on_workers,
+        workers_public_functions=public_functions,
         variants=tuple(_resolved(conn, v) for v in variants()),
     )
 
@@ -205,6 +304,10 @@ def _ident(name: str) -> str:
     if re.fullmatch(r"[a-z_][a-z0-9_$]*", name):
         return name
     return '"' + name.replace('"', '""') + '"'
+
+
+def _on_workers(statement: str) -> str:
+    return "select run_command_on_workers(" + _literal(statement) + ")"
 
 
 def plan(layout: Layout) -> list[Step]:
@@ -265,10 +368,11 @@ def plan(layout: Layout) -> list[Step]:
     if todo_variants:
         steps.append(
             Step(
-                "Install the Citus variants of the functions Citus cannot run as shipped "
-                "(the cross-tenant claim: an unlocked candidate scan, then a per-tenant "
-                "SKIP LOCKED claim; the tenant context set with SET LOCAL, and its stamp "
-                "honoured on the workers).",
+                "Install the Citus variants: the cross-tenant scans run as the caller's login "
+                "(an unlocked candidate scan, then a per-tenant SKIP LOCKED step on each "
+                "candidate's node), workflows are defined by the owner's login, the tenant "
+                "context is set with SET LOCAL (which Citus propagates), its stamp is honoured "
+                "on the workers, and an agent's bind hands them a proof of its verified token.",
                 tuple(s for v in todo_variants for s in v.statements),
             )
         )
@@ -283,52 +387,52 @@ def plan(layout: Layout) -> list[Step]:
                 ),
             )
         )
-    if not layout.owner_can_login:
+    if layout.owner_can_login:
         steps.append(
             Step(
-                f"SECURITY DEFINER functions open worker connections as their owner: "
-                f"{OWNER} must log in.",
-                (f"alter role {OWNER} login",),
+                f"{OWNER} owns the tables: no node may ever accept a connection as it, so "
+                f"that no login can have SQL of its choosing run there as the owner.",
+                (f"alter role {OWNER} nologin",),
                 (
-                    f"Then configure how the coordinator (and every node that runs queries) "
-                    f"authenticates as {OWNER} to every node, before any API call:",
-                    f"  a password: alter role {OWNER} password '...' (psql's \\password), "
-                    f"and a ~/.pgpass entry for {OWNER} in the home of the postgres OS user "
-                    f"on every node (host:port:{layout.database or '<database>'}:{OWNER}:...),",
-                    "  or, without files: insert into pg_dist_authinfo (nodeid, rolename, "
-                    f"authinfo) values (0, '{OWNER}', 'password=...') on the coordinator "
-                    "(nodeid 0: every node; Citus syncs it),",
-                    f"  or certificates (sslcert/sslkey in pg_dist_authinfo) with a pg_hba.conf "
-                    f"entry for {OWNER} on every node.",
-                    "No secret is printed or stored by agentkeel.",
+                    f"Remove any password or pg_dist_authinfo entry kept for {OWNER}: "
+                    "nothing connects as it any more.",
                 ),
             )
         )
+    if KEYS_TABLE in layout.local_tables and not layout.has_context_key:
+        steps.append(
+            Step(
+                "The first key for the workers' context proofs (an agent's verified tenant, "
+                "bound to its login).",
+                ("select keel.rotate_context_key()",),
+            )
+        )
     workers = layout.worker_keys_digests
-    stale = workers is None or any(d != layout.keys_digest for d in workers)
+    stale = (
+        workers is None
+        or not layout.has_context_key
+        or any(d != layout.keys_digest for d in workers)
+    )
     if KEYS_TABLE in layout.local_tables and stale:
         steps.append(
             Step(
-                "Tenant-token signing keys: a plain table on every node (never a Citus table: "
-                "policies would hit the nested-execution error), copied from the coordinator. "
-                "Re-run after every key rotation and whenever a node is added.",
+                "Context keys: a plain table on every worker (never a Citus table: policies "
+                "would hit the nested-execution error), copied from the coordinator. Re-run "
+                "after keel.rotate_context_key() and whenever a node is added.",
                 (
-                    "select run_command_on_workers(" + _literal(KEYS_DDL) + ")",
-                    "select run_command_on_workers("
-                    + _literal(f"alter table {KEYS_TABLE} owner to {OWNER}")
-                    + ")",
-                    "select run_command_on_workers("
-                    + _literal(f"revoke all on {KEYS_TABLE} from public")
-                    + ")",
+                    _on_workers(KEYS_DDL),
+                    _on_workers(f"alter table {KEYS_TABLE} owner to {OWNER}"),
+                    _on_workers(f"revoke all on {KEYS_TABLE} from public"),
                     "select run_command_on_workers(format("
                     + _literal(
-                        "insert into keel.tenant_token_keys (key_version, inner_key,"
-                        " outer_key, created_at, retired_at) values (%s, %L, %L, %L, %L)"
-                        " on conflict (key_version) do update set retired_at ="
-                        " excluded.retired_at"
+                        "insert into keel.context_keys (key_version, inner_key, outer_key,"
+                        " created_at, retired_at) values (%s, %L, %L, %L, %L)"
+                        " on conflict (key_version) do update set inner_key ="
+                        " excluded.inner_key, outer_key = excluded.outer_key,"
+                        " retired_at = excluded.retired_at"
                     )
                     + ", k.key_version, k.inner_key, k.outer_key, k.created_at, k.retired_at))"
-                    " from keel.tenant_token_keys as k",
+                    " from keel.context_keys as k",
                 ),
                 (
                     "run_command_on_workers commits on each worker on its own (outside this "
@@ -336,17 +440,25 @@ def plan(layout: Layout) -> list[Step]:
                 ),
             )
         )
-    api = [f for f in layout.api_functions if f not in layout.distributed_functions]
+    if layout.workers_with_token_keys:
+        steps.append(
+            Step(
+                "Token signing keys stay on the coordinator: remove any worker's copy.",
+                (_on_workers(f"drop table if exists {TOKEN_KEYS_TABLE}"),),
+            )
+        )
+    api = [f for f in layout.api_functions if f not in layout.delegated_functions]
     helpers = [f for f in layout.helper_functions if f not in layout.distributed_functions]
     if api:
         steps.append(
             Step(
-                "API functions (first argument p_tenant_id) run on the node that holds their "
-                "tenant when called outside a transaction block.",
+                "API functions (p_tenant_id, granted to an application role) run on the node "
+                "that holds their tenant, as the caller's login, in a transaction block too "
+                "(force_delegation): their SECURITY DEFINER bodies touch local shards only.",
                 tuple(
                     f"select create_distributed_function({_literal(f)}::regprocedure,"
                     f" {_literal(DISTRIBUTION_ARGUMENT)},"
-                    f" colocate_with := {_literal(COLOCATE_WITH)})"
+                    f" colocate_with := {_literal(COLOCATE_WITH)}, force_delegation := true)"
                     for f in api
                 ),
             )
@@ -355,11 +467,20 @@ def plan(layout: Layout) -> list[Step]:
         steps.append(
             Step(
                 "Every other keel function is propagated to every node (functions created "
-                "while the tables were local are on no worker).",
+                "while the tables were local are on no worker); never delegated.",
                 tuple(
                     f"select create_distributed_function({_literal(f)}::regprocedure)"
                     for f in helpers
                 ),
+            )
+        )
+    if api or helpers or layout.workers_public_functions:
+        steps.append(
+            Step(
+                "Apply the shipped privileges again (policies/03_privileges.sql), now that "
+                "every function is on the workers: Citus creates a function there with "
+                "PostgreSQL's default ACL (EXECUTE for PUBLIC) and copies only the grants.",
+                tuple(privileges()),
             )
         )
     if not steps:
@@ -377,14 +498,10 @@ def script(layout: Layout) -> str:
     steps = plan(layout)
     out = [
         "-- agentkeel: distribute the keel schema by tenant_id on Citus.",
-        "-- Generated from the catalog; UNVERIFIED on a live Citus cluster. Run as a superuser",
-        "-- on the coordinator, after `create extension citus` on every node and citus_add_node.",
+        "-- Generated from the catalog. Run as a superuser on the coordinator, after",
+        "-- `create extension citus` on every node and citus_add_node for each worker.",
         "-- Re-run after every `agentkeel migrate up`: it only does what is still missing.",
-        "-- The Citus code paths are tested on PostgreSQL only: run the conformance suite",
-        '-- against the coordinator before production traffic (README, "Scale-out on Citus").',
-        "-- Give agent logins no direct connection to the cluster: Citus runs the rest of a",
-        "-- multi-statement query holding a SET LOCAL on the workers as keel_owner, for any",
-        '-- login that may call a SECURITY DEFINER function (README, "Known hole on Citus").',
+        '-- What it sets up: README, "Scale-out on Citus"; docs/citus.md.',
     ]
     if not steps:
         out.append("-- Nothing to do: every table, function, setting and key is in place.")

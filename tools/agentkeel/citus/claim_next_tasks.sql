@@ -2,19 +2,20 @@
 -- agentkeel:allow citus.tenant_filter (the candidate scan reads every tenant, without a lock)
 -- Installed by `agentkeel distribute` in place of functions/claim_next_tasks.sql, whose
 -- single FOR UPDATE SKIP LOCKED over every tenant is a multi-shard row lock, which Citus
--- refuses (CITUS.md (b) 1, option 1). Callers do not change: same name, arguments, result;
--- keel.claim_next_task (a limit of one) calls it unchanged.
+-- refuses, and which, as a SECURITY DEFINER function running on the coordinator, would
+-- reach the workers as its owner (keel_owner may not log in on a cluster: no login may
+-- ever act there as the owner of the tables). Callers do not change: same name,
+-- arguments, result; keel.claim_next_task (a limit of one) calls it unchanged.
+-- SECURITY INVOKER: everything it does on the workers runs as the caller's own login.
 --   1. An unlocked candidate scan over every tenant, oldest wake_at first, a batch at a
---      time (keyset pagination): a multi-shard SELECT without row locks.
---   2. For each candidate, a claim in its tenant: FOR UPDATE SKIP LOCKED filtered by that
---      one tenant_id (a router query), rechecking that the task is still due and unleased.
+--      time (keyset pagination): a multi-shard SELECT, as the worker login, which reads
+--      every tenant's tasks while keel.scan_all_tenants is on (policy tasks_worker_scan).
+--   2. For each candidate, keel.claim_due_task on the node that holds its tenant (Citus
+--      delegates it there by its tenant argument): FOR UPDATE SKIP LOCKED within that one
+--      tenant, rechecking that the task is still due and unleased.
 -- A candidate someone else has locked or claimed meanwhile is skipped, never waited on;
 -- the next batch is scanned until p_limit are claimed or none is left, so a tenant holding
 -- locks on any number of its due rows cannot keep the claim from another tenant's task.
--- The scan flag and the tenant context are set by helpers called with PERFORM, one
--- executor level below the client's statement, where Citus propagates SET LOCAL in
--- autocommit too; when the settings say they would not be propagated at all, the claim
--- refuses (settings_not_propagated, 55K20) instead of silently finding nothing.
 create or replace function keel.claim_next_tasks(
     p_owner text,
     p_limit integer default 100,
@@ -24,20 +25,18 @@ create or replace function keel.claim_next_tasks(
 returns setof keel.tasks
 language plpgsql
 volatile
-security definer
+security invoker
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_batch constant integer := 32;
     v_now timestamptz := clock_timestamp();
-    v_expires timestamptz;
     v_tenants uuid[];
     v_tasks uuid[];
     v_wakes timestamptz[];
     v_after_wake timestamptz := '-infinity';
     v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
     v_after_task uuid := '00000000-0000-0000-0000-000000000000';
-    v_tenant uuid;
     v_task keel.tasks;
     v_claimed integer := 0;
     v_claimed_tenant uuid;
@@ -45,7 +44,7 @@ declare
     v_max_recoveries integer := keel.max_recovery_attempts();
     v_context uuid := keel.current_tenant();
 begin
-    v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
+    perform keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
     if v_context = '00000000-0000-0000-0000-000000000000' then
         raise exception using
@@ -53,20 +52,6 @@ begin
             message = 'this transaction took tasks of several tenants and acts for none of them',
             hint = 'Claim again in a transaction of its own.';
     end if;
-    if coalesce(current_setting('citus.propagate_set_commands', true), 'none') <> 'local'
-        or coalesce(current_setting('citus.function_opens_transaction_block', true), 'on')
-        <> 'on' then
-        raise exception using
-            errcode = '55K20',
-            message = 'the claim''s SET LOCAL settings would not reach the worker nodes',
-            detail = format(
-                'citus.propagate_set_commands is %s, citus.function_opens_transaction_block is %s.',
-                coalesce(current_setting('citus.propagate_set_commands', true), 'unset'),
-                coalesce(current_setting('citus.function_opens_transaction_block', true), 'unset')
-            ),
-            hint = 'ALTER DATABASE ... SET citus.propagate_set_commands = ''local'' (agentkeel distribute does), and leave citus.function_opens_transaction_block on.';
-    end if;
-
     loop
         perform keel.set_claim_scan(true);
         select
@@ -89,47 +74,35 @@ begin
         ) as c;
         perform keel.set_claim_scan(false);
         exit when v_tenants is null;
-
         for i in 1 .. array_length(v_tenants, 1) loop
-            v_tenant := v_tenants[i];
-            perform keel.set_tenant_context(v_tenant);
-            select t.* into v_task
-            from keel.tasks as t
-            where t.tenant_id = v_tenant
-                and t.task_id = v_tasks[i]
-                and t.wake_at <= v_now
-                and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
-                and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
-            for update skip locked;
-            if found then
-                return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
+            select c.* into v_task
+            from keel.claim_due_task(v_tenants[i], v_tasks[i], p_owner, p_lease, p_workflow) as c;
+            if v_task.task_id is not null then
+                return next v_task;
                 v_claimed := v_claimed + 1;
-                if v_tenant is distinct from v_claimed_tenant then
-                    v_claimed_tenant := v_tenant;
+                if v_tenants[i] is distinct from v_claimed_tenant then
+                    v_claimed_tenant := v_tenants[i];
                     v_claimed_tenants := v_claimed_tenants + 1;
                 end if;
                 exit when v_claimed >= p_limit;
             end if;
         end loop;
-
         exit when v_claimed >= p_limit or array_length(v_tenants, 1) < v_batch;
         v_after_wake := v_wakes[v_batch];
         v_after_tenant := v_tenants[v_batch];
         v_after_task := v_tasks[v_batch];
     end loop;
-    -- The caller's context stays; else the claimed tasks' one tenant becomes the context;
-    -- after several tenants the transaction acts for none (the nil uuid); none: no context.
-    if v_context is not null then
-        perform keel.set_tenant_context(v_context);
-    elsif v_claimed_tenants = 1 then
-        perform keel.set_tenant_context(v_claimed_tenant);
-    elsif v_claimed_tenants > 1 then
-        perform keel.set_tenant_context('00000000-0000-0000-0000-000000000000');
-    else
-        perform keel.set_tenant_context(null);
+    -- As on PostgreSQL: one claimed tenant becomes the transaction's context; after
+    -- several it acts for none (the nil uuid). A context the caller had stays.
+    if v_context is null and v_claimed_tenants = 1 then
+        execute format('set local keel.tenant_id = %L', v_claimed_tenant);
+        perform keel.bind_tenant_context();
+    elsif v_context is null and v_claimed_tenants > 1 then
+        execute 'set local keel.tenant_id = ''00000000-0000-0000-0000-000000000000''';
+        perform keel.bind_tenant_context();
     end if;
 end;
 $$;
 
 comment on function keel.claim_next_tasks(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant and then a FOR UPDATE SKIP LOCKED claim within each candidate''s tenant. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist. In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due; refuses with settings_not_propagated (55K20) when its SET LOCAL settings would not reach the workers.';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant as the calling worker login and then keel.claim_due_task for each candidate, on its tenant''s node. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist. In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due.';

@@ -307,9 +307,10 @@ class Relay:
     async def settle(
         self, messages: Sequence[Message], outcomes: Sequence[Outcome], batch: int
     ) -> None:
-        """Ack, nack and release the batch in one transaction. The acks go in one statement;
-        if a claim was lost meanwhile, they go again one by one, each in a savepoint, so the
-        lost one does not undo the others."""
+        """Ack, nack and release the batch in one transaction. The acks go in one pipeline
+        (one round trip), one statement each, the form Citus runs on the node that holds
+        the message's tenant; if a claim was lost meanwhile, they go again one by one, each
+        in a savepoint, so the lost one does not undo the others."""
         assert self.conn is not None
         conn = self.conn
         pairs = list(zip(messages, outcomes, strict=True))
@@ -318,16 +319,10 @@ class Relay:
         async with conn.transaction():
             if acks:
                 try:
-                    async with conn.transaction():
-                        await conn.execute(
-                            "select keel.ack_outbox(u.tenant_id, u.message_id, u.claim_token)"
-                            " from unnest(%s::uuid[], %s::uuid[], %s::bigint[])"
-                            " as u (tenant_id, message_id, claim_token)",
-                            (
-                                [m.tenant_id for m in acks],
-                                [m.message_id for m in acks],
-                                [m.claim_token for m in acks],
-                            ),
+                    async with conn.transaction(), conn.cursor() as cur:
+                        await cur.executemany(
+                            "select keel.ack_outbox(%s, %s, %s)",
+                            [(m.tenant_id, m.message_id, m.claim_token) for m in acks],
                         )
                     self.stats.acked += len(acks)
                 except psycopg.Error as error:

@@ -1,0 +1,90 @@
+-- Outbox delivery (G6), on Citus: claim pending outbox messages of any tenant, oldest first.
+-- agentkeel:allow citus.tenant_filter (the candidate scan reads every tenant, without a lock)
+-- Installed by `agentkeel distribute` in place of functions/claim_outbox.sql, whose single
+-- FOR UPDATE SKIP LOCKED over every tenant is a multi-shard row lock, which Citus refuses,
+-- and which, as a SECURITY DEFINER function on the coordinator, would reach the workers as
+-- its owner (keel_owner may not log in on a cluster). Callers do not change.
+-- SECURITY INVOKER: everything it does on the workers runs as the relay's own login.
+--   1. An unlocked candidate scan over every tenant, oldest available_at first, a batch at
+--      a time: a multi-shard SELECT of message metadata (keel_relay may read those columns
+--      of every tenant, never payloads: policy outbox_relay_scan, column grants).
+--   2. For each candidate, keel.claim_due_message on the node that holds its tenant, which
+--      locks it with SKIP LOCKED and rechecks that it is still pending, due and the oldest
+--      pending message of its key.
+create or replace function keel.claim_outbox(
+    p_relay text,
+    p_limit integer default 100,
+    p_lease interval default '30 seconds',
+    p_topic_prefix text default null
+)
+returns setof keel.outbox
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_batch constant integer := 64;
+    v_now timestamptz := clock_timestamp();
+    v_tenants uuid[];
+    v_ids uuid[];
+    v_availables timestamptz[];
+    v_after_available timestamptz := '-infinity';
+    v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
+    v_after_id uuid := '00000000-0000-0000-0000-000000000000';
+    v_message keel.outbox;
+    v_claimed integer := 0;
+begin
+    perform keel.check_lease_request(p_relay, p_lease, v_now);
+    if p_limit is null or p_limit not between 1 and 1000 then
+        raise exception using errcode = '22K01', message = 'claim batch size must be 1 to 1000';
+    end if;
+    loop
+        select
+            array_agg(c.tenant_id order by c.available_at, c.tenant_id, c.message_id),
+            array_agg(c.message_id order by c.available_at, c.tenant_id, c.message_id),
+            array_agg(c.available_at order by c.available_at, c.tenant_id, c.message_id)
+        into v_tenants, v_ids, v_availables
+        from (
+            select o.tenant_id, o.message_id, o.available_at
+            from keel.outbox as o
+            where o.state = 'pending'
+                and o.available_at <= v_now
+                and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+                and (
+                    o.message_key is null
+                    or not exists (
+                        select 1
+                        from keel.outbox as e
+                        where e.tenant_id = o.tenant_id
+                            and e.message_key = o.message_key
+                            and e.state = 'pending'
+                            and (e.created_at, e.position, e.message_id)
+                            < (o.created_at, o.position, o.message_id)
+                    )
+                )
+                and (o.available_at, o.tenant_id, o.message_id)
+                > (v_after_available, v_after_tenant, v_after_id)
+            order by o.available_at, o.tenant_id, o.message_id
+            limit v_batch
+        ) as c;
+        exit when v_tenants is null;
+        for i in 1 .. array_length(v_tenants, 1) loop
+            select c.* into v_message
+            from keel.claim_due_message(v_tenants[i], v_ids[i], p_relay, p_lease, p_topic_prefix) as c;
+            if v_message.message_id is not null then
+                return next v_message;
+                v_claimed := v_claimed + 1;
+                exit when v_claimed >= p_limit;
+            end if;
+        end loop;
+        exit when v_claimed >= p_limit or array_length(v_tenants, 1) < v_batch;
+        v_after_available := v_availables[v_batch];
+        v_after_tenant := v_tenants[v_batch];
+        v_after_id := v_ids[v_batch];
+    end loop;
+end;
+$$;
+
+comment on function keel.claim_outbox(text, integer, interval, text) is
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while an earlier one of the same tenant and key is pending, dead instead when every attempt was used (G6).';

@@ -1,0 +1,111 @@
+-- Leases with fencing (G5), on Citus: the recoverer, over every tenant.
+-- agentkeel:allow citus.tenant_filter (the candidate scan reads every tenant, without a lock)
+-- Installed by `agentkeel distribute` in place of functions/recover_stale_tasks.sql, whose
+-- FOR UPDATE SKIP LOCKED over every tenant (keel.lock_task_to_recover) Citus refuses, and
+-- which would reach the workers as keel_owner. Callers do not change.
+-- SECURITY INVOKER: an unlocked candidate scan of expired leases as the worker login
+-- (policy tasks_worker_scan), then keel.recover_stale_task for each candidate on its
+-- tenant's node, which locks it with SKIP LOCKED and rechecks that its lease expired.
+-- In a transaction that acts for a tenant, only that tenant's tasks are recovered.
+create or replace function keel.recover_stale_tasks(
+    p_limit integer default 100,
+    p_actor text default null,
+    p_workflow text default null,
+    p_max_attempts integer default null
+)
+returns table (
+    tenant_id uuid,
+    task_id uuid,
+    outcome text,
+    state text,
+    recovery_attempts integer,
+    fencing_token bigint,
+    previous_owner text,
+    lease_expired_at timestamptz
+)
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_batch constant integer := 32;
+    v_now timestamptz := clock_timestamp();
+    v_context uuid := keel.current_tenant();
+    v_tenants uuid[];
+    v_tasks uuid[];
+    v_expiries timestamptz[];
+    v_after_expiry timestamptz := '-infinity';
+    v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
+    v_after_task uuid := '00000000-0000-0000-0000-000000000000';
+    v_row record;
+    v_done integer := 0;
+begin
+    if p_limit is null or p_limit not between 1 and 10000 then
+        raise exception using
+            errcode = '22K01',
+            message = 'limit must be between 1 and 10000',
+            hint = 'Recover in batches; call again while rows come back.';
+    end if;
+    if v_context = '00000000-0000-0000-0000-000000000000' then
+        raise exception using
+            errcode = '42K06',
+            message = 'this transaction took tasks of several tenants and acts for none of them',
+            hint = 'Recover in a transaction of its own.';
+    end if;
+    loop
+        perform keel.set_claim_scan(true);
+        select
+            array_agg(c.tenant_id order by c.lease_expires_at, c.tenant_id, c.task_id),
+            array_agg(c.task_id order by c.lease_expires_at, c.tenant_id, c.task_id),
+            array_agg(c.lease_expires_at order by c.lease_expires_at, c.tenant_id, c.task_id)
+        into v_tenants, v_tasks, v_expiries
+        from (
+            select t.tenant_id, t.task_id, t.lease_expires_at
+            from keel.tasks as t
+            where t.lease_owner is not null
+                and t.lease_expires_at <= v_now
+                and (p_workflow is null or t.workflow = p_workflow)
+                and (v_context is null or t.tenant_id = v_context)
+                and (t.lease_expires_at, t.tenant_id, t.task_id)
+                > (v_after_expiry, v_after_tenant, v_after_task)
+            order by t.lease_expires_at, t.tenant_id, t.task_id
+            limit v_batch
+        ) as c;
+        perform keel.set_claim_scan(false);
+        exit when v_tenants is null;
+        for i in 1 .. array_length(v_tenants, 1) loop
+            for v_row in
+                select r.*
+                from keel.recover_stale_task(v_tenants[i], v_tasks[i], p_actor, p_max_attempts) as r
+            loop
+                tenant_id := v_row.tenant_id;
+                task_id := v_row.task_id;
+                outcome := v_row.outcome;
+                state := v_row.state;
+                recovery_attempts := v_row.recovery_attempts;
+                fencing_token := v_row.fencing_token;
+                previous_owner := v_row.previous_owner;
+                lease_expired_at := v_row.lease_expired_at;
+                return next;
+                v_done := v_done + 1;
+            end loop;
+            exit when v_done >= p_limit;
+        end loop;
+        exit when v_done >= p_limit or array_length(v_tenants, 1) < v_batch;
+        v_after_expiry := v_expiries[v_batch];
+        v_after_tenant := v_tenants[v_batch];
+        v_after_task := v_tasks[v_batch];
+    end loop;
+    -- As on PostgreSQL: after taking tasks over, a transaction that had no context acts
+    -- for none (the nil uuid); a context the caller had stays.
+    if v_context is null and v_done > 0 then
+        execute 'set local keel.tenant_id = ''00000000-0000-0000-0000-000000000000''';
+        perform keel.bind_tenant_context();
+    end if;
+end;
+$$;
+
+comment on function keel.recover_stale_tasks(integer, text, text, integer) is
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): the recoverer (G5). Takes over up to p_limit tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow, by an unlocked candidate scan as the worker login and then keel.recover_stale_task for each candidate on its tenant''s node; rows locked by other transactions are skipped. Each takeover is what keel.recover_stale_task does: one RECOVERED or RECOVERY_EXHAUSTED event. Returns one row per task handled.';
