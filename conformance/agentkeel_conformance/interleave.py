@@ -2,10 +2,10 @@
 
 A spec names sessions, their steps and the permutations to run. Each session has its
 own connection; steps are launched in the permutation's order; a step counts as blocked
-when pg_isolation_test_session_is_blocked() says so, polled from a control connection,
-and the runner moves on to the next step. The transcript of every permutation (each
-step's result, <waiting>, <completed>, or its SQLSTATE) is compared with the spec's
-expected file, as PostgreSQL's own isolation tests do.
+when pg_isolation_test_session_is_blocked() (on Citus: citus_lock_waits) says so, polled
+from a control connection, and the runner moves on to the next step. The transcript of
+every permutation (each step's result, <waiting>, <completed>, or its SQLSTATE) is
+compared with the spec's expected file, as PostgreSQL's own isolation tests do.
 
 Spec grammar (specs/*.spec):
 
@@ -236,6 +236,7 @@ class Runner:
         self.options = options
         self.owner_dsn = owner_dsn or dsn
         self.control_dsn = control_dsn or dsn  # creates the tenant, runs setup, watches locks
+        self._citus: bool | None = None  # the database is a Citus coordinator (asked once)
 
     def _connect(self, dsn: str | None = None) -> psycopg.Connection:
         return suite_connect(dsn or self.dsn, autocommit=True, options=self.options)
@@ -297,6 +298,22 @@ class Runner:
             with suite_connect(self.owner_dsn, autocommit=True, options=self.options) as owner:
                 delete_tenant(owner, values["tenant"])
 
+    def _blocked_query(self, control: psycopg.Connection) -> str:
+        """Is session pid %s waiting for one of the pids %s? On Citus a step's lock wait
+        happens on the worker that holds its tenant, as the worker's part of the session's
+        distributed transaction: citus_lock_waits (every node's waits, by global pid) shows
+        it where pg_isolation_test_session_is_blocked, which sees this node only, cannot."""
+        if self._citus is None:
+            row = control.execute("select to_regclass('pg_catalog.citus_lock_waits')").fetchone()
+            self._citus = bool(row and row[0])
+        if not self._citus:
+            return "select pg_isolation_test_session_is_blocked(%s, %s)"
+        return (
+            "select exists (select 1 from pg_catalog.citus_lock_waits as w"
+            " where pg_catalog.citus_pid_for_gpid(w.waiting_gpid) = %s"
+            " and pg_catalog.citus_pid_for_gpid(w.blocking_gpid) = any(%s))"
+        )
+
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:
         """Wait until the step completes (True) or is blocked by another session (False)."""
         me = pids[running.step.session]
@@ -306,9 +323,7 @@ class Runner:
             if running.done:
                 running.thread.join()
                 return True
-            row = control.execute(
-                "select pg_isolation_test_session_is_blocked(%s, %s)", (me, others)
-            ).fetchone()
+            row = control.execute(self._blocked_query(control), (me, others)).fetchone()
             if row and row[0]:
                 time.sleep(0.05)  # blocked now: let a just-released lock show up as done
                 if running.done:

@@ -98,7 +98,9 @@ def test_a_backend_terminated_mid_transition_leaves_nothing(keel_dsn, tenant, ne
         time.sleep(0.02)
     else:
         pytest.fail(f"the victim never reached pg_sleep (it died of {died or 'nothing'})")
-    control.execute("select pg_terminate_backend(%s)", (pid,))
+    # ::integer: Citus adds pg_terminate_backend(bigint global pid, bigint), which makes
+    # a parameter of unspecified integer width ambiguous.
+    control.execute("select pg_terminate_backend(%s::integer)", (pid,))
     thread.join(20)
     # The transition had run, uncommitted, when the backend was killed: it must be gone.
     assert len(died) == 1 and isinstance(died[0], psycopg.OperationalError), died
