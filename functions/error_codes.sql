@@ -69,9 +69,7 @@ begin
         ('55K15', 'session_update_refused',
          'A session write would replace a completed or failed outcome with a non-terminal one, or a newer attempt''s outcome with an older one. Nothing was written.'),
         ('55K16', 'session_version_conflict',
-         'The session is not at the version the save expected: another writer saved first. Nothing was written.'),
-        ('55K20', 'settings_not_propagated',
-         'On Citus: a SET LOCAL the function relies on would not reach the worker nodes (citus.propagate_set_commands is not ''local'', or citus.function_opens_transaction_block is off), so it refuses instead of returning nothing. Set citus.propagate_set_commands = ''local'' for the database (agentkeel distribute does).')
+         'The session is not at the version the save expected: another writer saved first. Nothing was written.')
     ) as c (sqlstate, name, description)
     order by c.sqlstate;
 end;

@@ -106,6 +106,15 @@ def fresh_database(dsn: str) -> Iterator[str]:
                 )
 
 
+def drop_roles(dsn: str, names: list[str]) -> None:
+    """Drop login roles on every node. Roles are per node; Citus propagates a DROP ROLE
+    only from a database whose metadata knows the role, and the one that did may be gone."""
+    for node in nodes(dsn):
+        with psycopg.connect(node_dsn(dsn, node, "postgres"), autocommit=True) as conn:
+            for name in names:
+                conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
+
+
 def migrate_and_distribute(dsn: str) -> None:
     """`agentkeel migrate up` then `agentkeel distribute --apply`, as a superuser."""
     with cluster_lock(dsn), psycopg.connect(dsn, autocommit=True) as conn:

@@ -1,5 +1,6 @@
-"""`agentkeel distribute`: the Citus step, generated from the catalog (checked as text:
-Citus cannot run here)."""
+"""`agentkeel distribute`: the Citus step, generated from the catalog. Its plan is checked
+here as text and as a pure function of catalog rows, on PostgreSQL; what it does on a real
+cluster is tests/test_citus.py's."""
 
 from __future__ import annotations
 
@@ -38,11 +39,15 @@ def test_every_table_key_and_function_has_its_step(migrated_db):
             "select conrelid::regclass::text, conname from pg_constraint"
             " where contype = 'f' and connamespace = 'keel'::regnamespace"
         ).fetchall()
+        # Delegated: p_tenant_id and granted to an application role (internal helpers that
+        # take a tenant are only propagated); mint_tenant_token reads the coordinator's keys.
         functions = [
             r[0]
             for r in conn.execute(
                 "select oid::regprocedure::text from pg_proc"
                 " where pronamespace = 'keel'::regnamespace and 'p_tenant_id' = any(proargnames)"
+                " and has_function_privilege('keel_app', oid, 'execute')"
+                " and proname <> 'mint_tenant_token'"
             )
         ]
     for table, name in fks:
@@ -55,8 +60,16 @@ def test_every_table_key_and_function_has_its_step(migrated_db):
     assert text.index("set local citus.enable_unsafe_triggers = on;") < text.index(
         "'keel.task_events'"
     )
+    assert functions
     for function in functions:
-        assert f"create_distributed_function('{function}'::regprocedure, 'p_tenant_id'" in text
+        assert (
+            f"create_distributed_function('{function}'::regprocedure, 'p_tenant_id',"
+            " colocate_with := 'keel.tenants', force_delegation := true);"
+        ) in text
+    for helper in ("keel.mint_tenant_token(uuid,interval)", "keel.lock_task(uuid,uuid,text)"):
+        assert f"create_distributed_function('{helper}'::regprocedure);" in text
+    # Depends on the coordinator's keel.migration_history: Citus refuses to propagate it.
+    assert "create_distributed_function('keel.applied_migrations()'" not in text
     # The database, not the NOLOGIN group roles whose settings members do not inherit.
     assert f"alter database {dbname} set citus.propagate_set_commands = 'local';" in text
     assert "alter role keel_app set" not in text
@@ -111,10 +124,13 @@ def _done(layout: Layout) -> Layout:
         layout,
         distributed_tables=frozenset(layout.tenant_tables + layout.reference_tables),
         distributed_functions=frozenset(layout.api_functions + layout.helper_functions),
+        delegated_functions=frozenset(layout.api_functions),
         installed_variants=frozenset(v.function for v in layout.variants),
-        owner_can_login=True,
+        owner_can_login=False,
         database_propagates_set_local=True,
-        worker_keys_digests=(layout.keys_digest, layout.keys_digest),
+        has_context_key=True,
+        keys_digest="k",
+        worker_keys_digests=("k", "k"),
     )
 
 
@@ -130,17 +146,34 @@ def test_the_script_is_one_transaction_in_the_order_citus_needs(layout):
         "create or replace function keel.claim_next_tasks(",
         "create or replace function keel.context_stamp()",
         "alter database ",
-        "alter role keel_owner login;",
-        "select run_command_on_workers('create table if not exists keel.tenant_token_keys",
-        "'p_tenant_id', colocate_with := 'keel.tenants');",
+        "select keel.rotate_context_key();",
+        "select run_command_on_workers('create table if not exists keel.context_keys",
+        "'p_tenant_id', colocate_with := 'keel.tenants', force_delegation := true);",
         "select create_distributed_function('keel.set_tenant_context(uuid)'::regprocedure);",
+        "revoke all on all functions in schema keel from public;",
         "commit;",
     ]
     positions = [text.index(marker) for marker in order]
     assert positions == sorted(positions), list(zip(order, positions, strict=True))
-    # Inter-node authentication is a printed instruction, and no secret is in the script.
-    assert "pg_dist_authinfo" in text and ".pgpass" in text
-    assert "password=..." in text
+    # keel_owner never logs in; the token signing keys are never copied.
+    assert "alter role keel_owner login" not in text and "tenant_token_keys" not in text
+
+
+def test_an_owner_that_can_log_in_is_made_nologin(layout):
+    """A cluster distributed by an earlier agentkeel gave keel_owner LOGIN: taken back."""
+    text = script(dataclasses.replace(_done(layout), owner_can_login=True))
+    assert "alter role keel_owner nologin;" in text
+
+
+def test_token_keys_a_worker_still_holds_are_removed(layout):
+    text = script(dataclasses.replace(_done(layout), workers_with_token_keys=2))
+    assert "drop table if exists keel.tenant_token_keys" in text
+
+
+def test_functions_a_worker_lets_public_execute_get_the_shipped_privileges_again(layout):
+    text = script(dataclasses.replace(_done(layout), workers_public_functions=3))
+    assert "revoke all on all functions in schema keel from public;" in text
+    assert "create_distributed_function" not in text
 
 
 def test_a_second_run_plans_nothing_and_says_so(layout):
@@ -162,7 +195,7 @@ def test_a_function_added_after_distribution_is_propagated_without_touching_any_
     assert "select create_distributed_function('keel.note_helper(text)'::regprocedure);" in text
     for absent in (" drop constraint ", "create_distributed_table", "create_reference_table"):
         assert absent not in text
-    assert len(plan(later)) == 3  # sequential mode, the API function, the helper
+    assert len(plan(later)) == 4  # sequential mode, the API function, the helper, privileges
 
 
 def test_a_table_added_after_distribution_drops_and_readds_only_its_own_keys(layout):
@@ -215,18 +248,18 @@ def test_a_new_table_that_a_distributed_table_references_brings_that_key_along(l
         (("same", "older"), True),  # a worker that missed a rotation
     ],
 )
-def test_the_keys_are_copied_when_a_worker_lacks_them(layout, workers, copied):
+def test_the_context_keys_are_copied_when_a_worker_lacks_them(layout, workers, copied):
     done = dataclasses.replace(_done(layout), keys_digest="same", worker_keys_digests=workers)
     text = script(done)
-    assert ("run_command_on_workers" in text) is copied
+    assert ("create table if not exists keel.context_keys" in text) is copied
 
 
-def test_the_keys_copy_carries_no_key_material(migrated_db):
+def test_the_context_keys_copy_carries_no_key_material(migrated_db):
     """The rows are formatted on the coordinator when the step runs, never printed."""
     with psycopg.connect(migrated_db, autocommit=True) as conn:
-        conn.execute("select keel.rotate_tenant_token_key()")
+        conn.execute("select keel.rotate_context_key()")
         keys = conn.execute(
-            "select encode(inner_key, 'hex'), encode(outer_key, 'hex') from keel.tenant_token_keys"
+            "select encode(inner_key, 'hex'), encode(outer_key, 'hex') from keel.context_keys"
         ).fetchall()
     text = generated(migrated_db)
     assert keys and "run_command_on_workers(format(" in text

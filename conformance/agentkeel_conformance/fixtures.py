@@ -6,7 +6,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +287,7 @@ def role_defaults(conn: psycopg.Connection, role: str) -> dict[str, str]:
 class LoginRole:
     name: str
     keel_role: str
-    dsn: str
+    dsn: str = field(repr=False)  # holds the login's password: never in a report
 
 
 @pytest.fixture(scope="session")

@@ -309,10 +309,10 @@ def fuzz_world(keel, tenant, new_task):
 def test_hostile_input_gets_only_documented_errors(
     function, fuzz_world, connect, workflow, on_citus, workflow_keel
 ):
-    """No mutation: randomised input: which planted bug it finds depends on the draw.
-    On Citus a NULL tenant id is never sent to a function Citus delegates by it: Citus
-    13.2 crashes the coordinator on a NULL distribution argument (docs/citus.md, "Citus
-    bugs agentkeel works around"); the agentkeel client refuses it before sending."""
+    """On Citus a NULL tenant id is never sent to a function Citus delegates by it: Citus
+    13.2 crashes the coordinator on a NULL distribution argument (docs/citus.md); the
+    agentkeel client refuses it before sending.
+    No mutation: randomised input: which planted bug it finds depends on the draw."""
     if function == "define_workflow" and on_citus:
         conn = workflow_keel.conn  # on Citus the owner's login defines workflows
     else:

@@ -31,12 +31,20 @@ FAILPOINT_ENV = "AGENTKEEL_RELAY_FAILPOINT"
 LEASE = 1.0  # seconds: a killed relay's claims are due again this soon
 
 
+def relay_env(dsn: str) -> dict[str, str]:
+    """The relay's environment: the DSN (with the temporary login's password) goes in
+    $AGENTKEEL_DSN, never on the command line, where a failure report or `ps` shows it."""
+    env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
+    env["AGENTKEEL_DSN"] = dsn
+    return env
+
+
 def relay(dsn: str, sink: Path, prefix: str, *args: str, failpoint: str | None = None):
     """Run `agentkeel relay --once` to completion (or to its SIGKILL)."""
-    env = {k: v for k, v in os.environ.items() if k not in (FAILPOINT_ENV, "AGENTKEEL_DSN")}
+    env = relay_env(dsn)
     if failpoint:
         env[FAILPOINT_ENV] = failpoint
-    command = [sys.executable, "-m", "agentkeel.cli", "relay", "--dsn", dsn]
+    command = [sys.executable, "-m", "agentkeel.cli", "relay"]
     command += ["--sink", f"file:{sink}", "--topic-prefix", prefix, "--once"]
     command += ["--lease", str(LEASE), "--log-level", "warning", *args]
     if os.environ.get(NO_PREPARE_ENV):
@@ -201,7 +209,7 @@ def test_four_relays_at_once_deliver_no_message_twice(keel, tenant, workflow, re
     topic_prefix = prefix()
     committed = commit_messages(keel, tenant, workflow, f"{topic_prefix}.k", 60)
     sinks = [tmp_path / f"relay-{n}.jsonl" for n in range(4)]
-    env = {k: v for k, v in os.environ.items() if k not in (FAILPOINT_ENV, "AGENTKEEL_DSN")}
+    env = relay_env(relay_dsn)
     procs = [
         subprocess.Popen(
             [
@@ -209,8 +217,6 @@ def test_four_relays_at_once_deliver_no_message_twice(keel, tenant, workflow, re
                 "-m",
                 "agentkeel.cli",
                 "relay",
-                "--dsn",
-                relay_dsn,
                 "--sink",
                 f"file:{sink}",
                 "--topic-prefix",

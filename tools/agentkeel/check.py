@@ -24,6 +24,9 @@ COLUMNS = ("rule", "guarantee", "level", "object", "problem", "remedy")
 LEVELS = ("error", "warning")
 # The guarantee literal of a rule file, e.g. `'G4' as guarantee`: exactly one per file.
 GUARANTEE = re.compile(r"'(G\d+)'\s+as\s+guarantee\b")
+# A rule that only means something with an extension (`-- agentkeel:needs citus`): where
+# the extension is not installed it reports nothing, and is not run.
+NEEDS = re.compile(r"^-- agentkeel:needs (\w+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,21 @@ def rule_guarantee(path: Path) -> str:
     return found.pop()
 
 
+def rule_needs(path: Path) -> str | None:
+    """The extension a rule needs (`-- agentkeel:needs <extension>`), if any."""
+    found = NEEDS.search(path.read_text(encoding="utf-8"))
+    return found.group(1) if found else None
+
+
 def _findings(conn: psycopg.Connection, path: Path) -> list[Finding]:
     guarantee = rule_guarantee(path)
+    needs = rule_needs(path)
+    if needs is not None:
+        row = conn.execute(
+            "select exists (select 1 from pg_catalog.pg_extension where extname = %s)", (needs,)
+        ).fetchone()
+        if not row or not row[0]:
+            return []
     cursor = conn.execute(path.read_text(encoding="utf-8").encode())
     columns = tuple(d.name for d in cursor.description or ())
     if columns != COLUMNS:

@@ -173,11 +173,6 @@ class SessionVersionConflict(KeelError):
     name = "session_version_conflict"
 
 
-class SettingsNotPropagated(KeelError):
-    sqlstate = "55K20"
-    name = "settings_not_propagated"
-
-
 ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}
 
 

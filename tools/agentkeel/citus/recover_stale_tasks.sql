@@ -1,5 +1,6 @@
 -- Leases with fencing (G5), on Citus: the recoverer, over every tenant.
 -- agentkeel:allow citus.tenant_filter (the candidate scan reads every tenant, without a lock)
+-- agentkeel:allow citus.set_local_autocommit (the nil context it sets at the end matters only to later statements of a transaction block; in autocommit the transaction ends with the call)
 -- Installed by `agentkeel distribute` in place of functions/recover_stale_tasks.sql, whose
 -- FOR UPDATE SKIP LOCKED over every tenant (keel.lock_task_to_recover) Citus refuses, and
 -- which would reach the workers as keel_owner. Callers do not change.

@@ -1,0 +1,434 @@
+"""agentkeel on a real Citus cluster (issue 20): installed as the README says, then used and
+attacked with the logins the README describes. Needs $AGENTKEEL_CITUS_DSN (a coordinator's
+superuser DSN, ../shared/citus/cluster.sh dsn); skipped with that reason without it.
+
+Every database here is fresh on every node (tests/citus_cluster.py); most tests share one
+per module, migrated and distributed with `agentkeel migrate up` and `agentkeel distribute
+--apply`, with logins of each keel role made for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+import citus_cluster
+from agentkeel.checkpoints import StaticKeyProvider
+from agentkeel.client import Keel, set_tenant_context, set_tenant_token
+from agentkeel.errors import InvalidArgument, TenantContextMismatch
+from agentkeel.sessions import Sessions
+from conftest import run_agentkeel
+
+pytestmark = pytest.mark.citus
+
+WORKFLOW = "citus"
+EDGES = [("queued", "running"), ("running", "done")]
+ROLES = ("keel_app", "keel_worker", "keel_agent", "keel_relay")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    admin: str  # the coordinator, as a superuser, in the test database
+    logins: dict[str, str]  # keel role -> DSN of a login in it
+    agent2: str  # a second agent login
+    a: uuid.UUID
+    b: uuid.UUID
+
+    def keel(self, role: str, token: str | None = None) -> Keel:
+        return Keel(psycopg.connect(self.logins[role], autocommit=True), tenant_token=token)
+
+
+def _login(admin: str, role: str) -> tuple[str, str]:
+    name = f"akt_citus_{role.removeprefix('keel_')}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("create role {} login in role {}").format(
+                sql.Identifier(name), sql.Identifier(role)
+            )
+        )
+    return name, conninfo.make_conninfo(admin, user=name)
+
+
+@pytest.fixture(scope="module")
+def cluster(citus_admin_dsn: str) -> Iterator[Cluster]:
+    made: list[str] = []
+    try:
+        with citus_cluster.fresh_database(citus_admin_dsn) as admin:
+            for step in (("migrate", "up"), ("distribute", "--apply")):
+                result = run_agentkeel(*step, "--dsn", admin)
+                assert result.returncode == 0, result.stderr
+            logins = {}
+            for role in ROLES:
+                name, dsn = _login(admin, role)
+                made.append(name)
+                logins[role] = dsn
+            name, agent2 = _login(admin, "keel_agent")
+            made.append(name)
+            with psycopg.connect(admin, autocommit=True) as conn:
+                Keel(conn).define_workflow(WORKFLOW, 1, "queued", EDGES)
+            with psycopg.connect(logins["keel_app"], autocommit=True) as conn:
+                app = Keel(conn)
+                a = app.create_tenant("citus-a").tenant_id
+                b = app.create_tenant("citus-b").tenant_id
+                for tenant in (a, b):
+                    app.create_task(tenant, WORKFLOW, 1)
+            yield Cluster(admin, logins, agent2, a, b)
+    finally:
+        citus_cluster.drop_roles(citus_admin_dsn, made)
+
+
+def _workers(cluster: Cluster, query: str) -> list[str]:
+    results = citus_cluster.on_workers(cluster.admin, query)
+    assert all(ok for ok, _ in results), results
+    return [result for _, result in results]
+
+
+# -- installing ------------------------------------------------------------------------
+
+
+def test_a_fresh_install_distributes_once_and_stays_migratable(citus_db):
+    """Item 1: distribute --apply on a fresh install, twice (the second a no-op), then
+    migrate up and distribute again: all exit 0."""
+    for args, says in (
+        (("migrate", "up"), "applied"),
+        (("distribute", "--apply"), "distributed"),
+        (("distribute", "--apply"), "already distributed: nothing to do"),
+        (("migrate", "up"), "nothing to do"),
+        (("distribute", "--apply"), "already distributed: nothing to do"),
+    ):
+        result = run_agentkeel(*args, "--dsn", citus_db)
+        assert result.returncode == 0, (args, result.stderr)
+        assert says in result.stdout, (args, result.stdout)
+
+
+def test_no_node_accepts_the_owner_and_every_node_has_the_shipped_grants(cluster):
+    """keel_owner owns the tables: no node lets it log in, so Citus can never reach a node
+    as it. Functions Citus created on the workers carry the shipped grants only (they were
+    made with PUBLIC's EXECUTE until distribute applied the privileges again)."""
+    can_login = "select rolcanlogin from pg_roles where rolname = 'keel_owner'"
+    with psycopg.connect(cluster.admin) as conn:
+        assert conn.execute(can_login).fetchone() == (False,)
+    assert set(_workers(cluster, can_login)) == {"f"}
+    public = (
+        "select count(*) from pg_proc p where p.pronamespace = 'keel'::regnamespace"
+        " and (p.proacl is null or exists"
+        " (select 1 from aclexplode(p.proacl) a where a.grantee = 0))"
+    )
+    assert set(_workers(cluster, public)) == {"0"}
+
+
+def test_token_signing_keys_stay_on_the_coordinator(cluster):
+    """The workers hold the context keys (to verify an agent's proof), never the keys that
+    sign tenant tokens."""
+    Keel(psycopg.connect(cluster.logins["keel_app"], autocommit=True)).mint_tenant_token(cluster.a)
+    assert set(_workers(cluster, "select to_regclass('keel.tenant_token_keys')")) == {""}
+    digest = (
+        "select string_agg(key_version::text || md5(inner_key || outer_key), ',')"
+        " from keel.context_keys"
+    )
+    with psycopg.connect(cluster.admin) as conn:
+        row = conn.execute(digest).fetchone()
+    assert row is not None and row[0]
+    assert set(_workers(cluster, digest)) == {row[0]}
+
+
+# -- no login acts on a worker as anyone but itself ----------------------------------------
+
+# A transaction block that reaches a worker, per login; the smuggled query then rides on
+# its worker connections (Citus sends the whole text of a query holding a SET LOCAL on to
+# every worker connection of the transaction, citusdata/citus#356).
+OPENERS = {
+    "keel_app": "select * from keel.get_task(%(a)s, %(a)s)",
+    "keel_worker": "select * from keel.claim_next_tasks('citus-test', 1, '1 second', 'none')",
+    "keel_agent": "select * from keel.list_tasks(%(a)s)",
+    "keel_relay": "select * from keel.outbox_status()",
+}
+# Run as whoever the worker connection belongs to. It records who it ran as in a probe
+# table that exists on the workers only (on the coordinator every action fails, quietly),
+# then tries what the owner of the tables could: stop forcing row-level security, disable
+# the append-only trigger, and rewrite every tenant's tasks and history.
+SMUGGLED = """set local citus.propagate_set_commands = 'local'; set local work_mem = '8MB';
+do $smuggled$
+declare
+    r record;
+begin
+    begin
+        insert into public.akt_probe (who) values (current_user);
+    exception when others then null;
+    end;
+    for r in
+        select c.oid::regclass as t, c.relname from pg_class c
+        join pg_namespace n on n.oid = c.relnamespace
+        where n.nspname = 'keel' and c.relname ~ '^(tasks|task_events)_[0-9]+$'
+    loop
+        begin
+            execute format('alter table %s no force row level security', r.t);
+            execute format('alter table %s disable trigger user', r.t);
+            if r.relname like 'tasks%' then
+                execute format('update %s set metadata = ''{"smuggled": true}''', r.t);
+            else
+                execute format('update %s set payload = ''{"smuggled": true}''', r.t);
+            end if;
+        exception when others then null;
+        end;
+    end loop;
+end
+$smuggled$"""
+
+
+@pytest.fixture
+def probe(cluster: Cluster) -> Iterator[None]:
+    _workers(
+        cluster,
+        "create table if not exists public.akt_probe (who text);"
+        " grant insert on public.akt_probe to public; truncate public.akt_probe",
+    )
+    yield
+    _workers(cluster, "drop table if exists public.akt_probe")
+
+
+@pytest.mark.parametrize("role", sorted(OPENERS))
+def test_sql_a_login_smuggles_onto_a_worker_runs_as_that_login_and_changes_nothing(
+    cluster, probe, role
+):
+    """The hole the README used to document: a login that had called a SECURITY DEFINER
+    function in its transaction could run SQL of its choosing on the workers as keel_owner
+    (worker connections opened by the function as its owner), and with it read another
+    tenant's rows, forge tokens, rewrite tasks and history. Now every connection a
+    transaction has to a worker is the caller's own login: the smuggled SQL runs as it,
+    and can do there exactly what it could do on the coordinator."""
+    token = cluster.keel("keel_app").mint_tenant_token(cluster.a)
+    conn = psycopg.connect(cluster.logins[role], autocommit=True)
+    with conn.transaction():
+        if role == "keel_agent":
+            set_tenant_token(conn, token)
+        elif role == "keel_app":
+            set_tenant_context(conn, cluster.a)
+        conn.execute(OPENERS[role], {"a": cluster.a}).fetchall()
+        psycopg.ClientCursor(conn).execute(SMUGGLED)  # one simple-protocol query
+    conn.close()
+    who = {
+        line
+        for result in _workers(cluster, "select string_agg(distinct who, ',') from akt_probe")
+        for line in result.split(",")
+        if line
+    }
+    assert who == {conninfo.conninfo_to_dict(cluster.logins[role])["user"]}
+    with psycopg.connect(cluster.admin) as conn:
+        assert conn.execute(
+            "select count(*) from keel.tasks where metadata ? 'smuggled'"
+        ).fetchone() == (0,)
+        assert conn.execute(
+            "select count(*) from keel.task_events where payload ? 'smuggled'"
+        ).fetchone() == (0,)
+    shards = (
+        "select count(*) from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = 'keel' and c.relname ~ '^(tasks|task_events)_[0-9]+$'"
+        " and (not c.relforcerowsecurity or exists (select 1 from pg_trigger t"
+        " where t.tgrelid = c.oid and not t.tgisinternal and t.tgenabled = 'D'))"
+    )
+    assert set(_workers(cluster, shards)) == {"0"}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_login_connected_to_a_worker_reaches_no_key_and_no_shard(cluster, role):
+    """What any login can run on a worker, by a direct connection or smuggled: no key
+    (context or token), no write to any shard, no way to sign a proof. (Trusted logins
+    read shards as they read the tables, under row-level security; agents and relays
+    read no task at all.)"""
+    with psycopg.connect(cluster.admin) as conn:
+        worker = citus_cluster.nodes(cluster.admin)[1]
+        shard = conn.execute(
+            "select shard_name from citus_shards where table_name = 'keel.tasks'::regclass"
+            " and nodeport = %s limit 1",
+            (worker.port,),
+        ).fetchone()
+    assert shard is not None
+    user = conninfo.conninfo_to_dict(cluster.logins[role])["user"]
+    dsn = citus_cluster.node_dsn(
+        cluster.admin, worker, str(conninfo.conninfo_to_dict(cluster.admin)["dbname"])
+    )
+    with psycopg.connect(conninfo.make_conninfo(dsn, user=user), autocommit=True) as conn:
+        reads = () if role in ("keel_app", "keel_worker") else (f"select * from {shard[0]}",)
+        for query in (
+            *reads,
+            "select * from keel.context_keys",
+            f"update {shard[0]} set metadata = '{{}}'",
+            f"alter table {shard[0]} no force row level security",
+            "select keel.context_proof_signature(1, 'c1')",
+            "select keel.rotate_context_key()",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(query)
+
+
+def test_an_agents_proof_is_worth_nothing_to_another_login(cluster):
+    """The workers trust an agent's tenant through the coordinator's proof of its token,
+    bound to the agent's login: another agent login that copies it (from the workers'
+    pg_stat_activity, say) is refused there."""
+    token = cluster.keel("keel_app").mint_tenant_token(cluster.a)
+    with psycopg.connect(cluster.logins["keel_agent"]) as conn:
+        set_tenant_token(conn, token)
+        (proof,) = conn.execute("select current_setting('keel.context_proof')").fetchone()
+        assert conn.execute("select * from keel.list_tasks(%s)", (cluster.a,)).fetchall()
+    assert proof.startswith("c1.")
+    with psycopg.connect(cluster.agent2) as conn:
+        conn.execute(sql.SQL("set local keel.context_proof = {}").format(sql.Literal(proof)))
+        conn.execute("select keel.bind_tenant_context()")
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute("select * from keel.list_tasks(%s)", (cluster.a,)).fetchall()
+    assert info.value.sqlstate == "42K07"
+    assert "does not verify for this login" in str(info.value)
+
+
+def test_an_agent_works_in_its_own_tenant_only(cluster):
+    token = cluster.keel("keel_app").mint_tenant_token(cluster.a)
+    agent = cluster.keel("keel_agent", token)
+    tasks = agent.list_tasks(cluster.a)
+    assert tasks and {t.tenant_id for t in tasks} == {cluster.a}
+    with pytest.raises(TenantContextMismatch):
+        agent.list_tasks(cluster.b)
+
+
+# -- what failed on the cluster ----------------------------------------------------------
+
+
+def test_autocommit_calls_see_their_tenant(cluster):
+    """Item 3: in autocommit every call runs on its tenant's node with its tenant: the
+    latest checkpoint loads, the data key and a session are found, a reservation without
+    a task and an ack work."""
+    conn = psycopg.connect(cluster.logins["keel_app"], autocommit=True)
+    app = Keel(conn, key_provider=StaticKeyProvider(os.urandom(32)))
+    task = app.create_task(cluster.a, WORKFLOW, 1)
+    claimed = app.claim_lease(cluster.a, task.task_id, "w", timedelta(minutes=1))
+    app.save_checkpoint(cluster.a, task.task_id, claimed.fencing_token, "INPUT", {"n": 1})
+    loaded = app.load_latest_checkpoint(cluster.a, task.task_id)
+    assert loaded is not None and loaded.payload == {"n": 1}
+    sessions = Sessions(conn)
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    sessions.save(cluster.a, sid, {"turn": 1})
+    assert sessions.load(cluster.a, sid) is not None
+    reserved = app.reserve_operation(cluster.a, None, f"k-{uuid.uuid4()}", "act", "h")
+    assert reserved.outcome == "reserved"
+    app.transition_task(
+        cluster.a,
+        task.task_id,
+        1,
+        "running",
+        fencing_token=claimed.fencing_token,
+        outbox=[{"topic": "citus.ack", "payload": {"n": 1}}],
+    )
+    relay = Keel(psycopg.connect(cluster.logins["keel_relay"], autocommit=True))
+    claimed_messages = relay.claim_outbox("r", topic_prefix="citus.ack")
+    assert len(claimed_messages) == 1
+    m = claimed_messages[0]
+    relay.ack_outbox(m.tenant_id, m.message_id, m.claim_token)
+
+
+def test_the_relay_delivers_without_a_notification(cluster, tmp_path: Path):
+    """Items 2 and 4: the relay's claim works on a cluster, and it needs no NOTIFY (the one
+    transition_task sends fires on the worker): it polls."""
+    app = cluster.keel("keel_app")
+    task = app.create_task(cluster.b, WORKFLOW, 1)
+    app.transition_task(
+        cluster.b, task.task_id, 1, "running", outbox=[{"topic": "citus.relay", "payload": {}}]
+    )
+    out = tmp_path / "delivered.jsonl"
+    result = run_agentkeel(
+        "relay",
+        "--dsn",
+        cluster.logins["keel_relay"],
+        "--sink",
+        f"file:{out}",
+        "--once",
+        "--topic-prefix",
+        "citus.relay",
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    delivered = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [m["task_id"] for m in delivered] == [str(task.task_id)]
+
+
+def test_the_recoverer_takes_over_an_expired_lease(cluster):
+    """Item 2: agentkeel recover on a cluster."""
+    app = cluster.keel("keel_app")
+    task = app.create_task(cluster.a, WORKFLOW, 1)
+    app.claim_lease(cluster.a, task.task_id, "dead", timedelta(milliseconds=1))
+    result = run_agentkeel(
+        "recover", "--dsn", cluster.logins["keel_worker"], "--workflow", WORKFLOW
+    )
+    assert result.returncode == 0, result.stderr
+    recovered = app.get_task(cluster.a, task.task_id)
+    assert recovered is not None and recovered.lease_owner is None
+    assert [e.event_type for e in app.task_events(cluster.a, task.task_id)][-1] == "RECOVERED"
+
+
+def test_the_client_refuses_a_missing_tenant_before_sending(cluster):
+    """Citus 13.2 crashes the coordinator on a NULL distribution argument
+    (docs/citus.md): the client never sends one."""
+    with pytest.raises(InvalidArgument):
+        cluster.keel("keel_app").get_task(None, uuid.uuid4())  # type: ignore[arg-type]
+    with psycopg.connect(cluster.admin) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+# -- agentkeel check reads every node --------------------------------------------------
+
+
+def test_check_names_what_changed_on_a_worker(citus_keel):
+    """`agentkeel check` passes on a fresh cluster, and names, on the worker where it
+    happened, what the coordinator's catalog would never show: a disabled append-only
+    trigger and row-level security no longer forced on a shard, a function and grants
+    made there, the owner allowed to log in, token keys copied there."""
+    assert run_agentkeel("check", "--dsn", citus_keel).returncode == 0
+    worker = citus_cluster.nodes(citus_keel)[1]
+    dbname = str(conninfo.conninfo_to_dict(citus_keel)["dbname"])
+    with psycopg.connect(citus_cluster.node_dsn(citus_keel, worker, dbname)) as conn:
+        conn.execute("set citus.show_shards_for_app_name_prefixes = '*'")
+        conn.execute("set citus.enable_ddl_propagation = off")
+        (shard,) = conn.execute(
+            "select c.oid::regclass::text from pg_class c"
+            " where c.relnamespace = 'keel'::regnamespace"
+            " and c.relname ~ '^task_events_[0-9]+$' limit 1"
+        ).fetchone()
+        for statement in (
+            f"alter table {shard} disable trigger user",
+            f"alter table {shard} no force row level security",
+            f"grant select on {shard} to public",
+            "create function keel.extra() returns int language sql as 'select 1'",
+            "create table keel.tenant_token_keys (key_version integer)",
+        ):
+            conn.execute(statement.encode())
+    result = run_agentkeel("check", "--dsn", citus_keel, "--format", "json")
+    assert result.returncode == 1, result.stderr
+    found = {
+        (f["object"].split(" ", 1)[1], f["problem"])
+        for f in json.loads(result.stdout)["findings"]
+        if f["rule"] == "citus_nodes"
+    }
+    assert all(
+        f["object"].startswith(f"{worker.host}:{worker.port} ")
+        for f in json.loads(result.stdout)["findings"]
+        if f["rule"] == "citus_nodes"
+    )
+    for expected in (
+        (f"{shard} task_events_append_only_{shard.rsplit('_', 1)[1]}", "a trigger is disabled"),
+        (shard, "row-level security is not enabled and forced"),
+        (shard, "PUBLIC has SELECT on it"),
+        ("keel.extra()", "a function on this node that the coordinator does not have"),
+        ("keel.tenant_token_keys", "the token signing keys are on this worker"),
+    ):
+        assert any(o == expected[0] and p.startswith(expected[1]) for o, p in found), (
+            expected,
+            found,
+        )
