@@ -26,6 +26,7 @@ from agentkeel.checkpoints import StaticKeyProvider
 from agentkeel.client import Keel, set_tenant_context, set_tenant_token
 from agentkeel.errors import InvalidArgument, TenantContextMismatch
 from agentkeel.sessions import Sessions
+from agentkeel_conformance.fixtures import role_defaults
 from conftest import run_agentkeel
 
 pytestmark = pytest.mark.citus
@@ -48,13 +49,21 @@ class Cluster:
 
 
 def _login(admin: str, role: str) -> tuple[str, str]:
+    """A login in the group, with the group's role settings copied onto it, as a DBA
+    does (agentkeel check's role_timeouts reads every login of the server)."""
     name = f"akt_citus_{role.removeprefix('keel_')}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
+    with psycopg.connect(admin, autocommit=True) as conn, conn.transaction():
         conn.execute(
             sql.SQL("create role {} login in role {}").format(
                 sql.Identifier(name), sql.Identifier(role)
             )
         )
+        for setting, value in role_defaults(conn, role).items():
+            conn.execute(
+                sql.SQL("alter role {} set {} = {}").format(
+                    sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
+                )
+            )
     return name, conninfo.make_conninfo(admin, user=name)
 
 

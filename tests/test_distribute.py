@@ -289,3 +289,11 @@ def test_apply_is_one_transaction_a_failing_step_leaves_every_key_in_place(migra
             " where contype = 'f' and connamespace = 'keel'::regnamespace"
         ).fetchone()
     assert before == after and before[0] > 0
+
+
+def test_a_shard_count_is_set_for_the_tables_still_to_distribute(layout):
+    text = script(layout, shard_count=8)
+    assert text.index("set local citus.shard_count = 8;") < text.index(
+        "select create_distributed_table('keel.tenants', 'tenant_id');"
+    )
+    assert "citus.shard_count" not in script(_done(layout), shard_count=8)

@@ -87,10 +87,7 @@ def run(dsn: str, rows: int = 50_000, repeats: int = 3) -> list[Measurement]:
                 )
         as_app = conninfo.make_conninfo(dsn, user=app)
         as_agent = conninfo.make_conninfo(dsn, user=agent)
-        plain: Setup = (
-            (f"set local keel.tenant_id = '{a}'", ()),
-            ("select keel.bind_tenant_context()", ()),
-        )
+        plain: Setup = (("select keel.use_tenant(%s)", (a,)),)
         signed: Setup = (
             (
                 "select set_config('keel.tenant_token', %s, true), keel.bind_tenant_context()",

@@ -25,8 +25,9 @@ LEVELS = ("error", "warning")
 # The guarantee literal of a rule file, e.g. `'G4' as guarantee`: exactly one per file.
 GUARANTEE = re.compile(r"'(G\d+)'\s+as\s+guarantee\b")
 # A rule that only means something with an extension (`-- agentkeel:needs citus`): where
-# the extension is not installed it reports nothing, and is not run.
-NEEDS = re.compile(r"^-- agentkeel:needs (\w+)", re.MULTILINE)
+# the extension is not installed it reports nothing, and is not run. `superuser` after it:
+# it reads what only a superuser may (every worker, through run_command_on_workers).
+NEEDS = re.compile(r"^-- agentkeel:needs (\w+)( superuser)?", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -68,15 +69,35 @@ def rule_needs(path: Path) -> str | None:
     return found.group(1) if found else None
 
 
+def rule_unmet(conn: psycopg.Connection, path: Path) -> tuple[bool, str] | None:
+    """Why a rule cannot run here, if it cannot: (applies, reason). applies is False when
+    the rule means nothing in this database (its extension is not installed), True when it
+    does but the role may not read what it reads."""
+    found = NEEDS.search(path.read_text(encoding="utf-8"))
+    if found is None:
+        return None
+    row = conn.execute(
+        "select exists (select 1 from pg_catalog.pg_extension where extname = %s),"
+        " (select rolsuper from pg_catalog.pg_roles where rolname = current_user)",
+        (found.group(1),),
+    ).fetchone()
+    assert row is not None
+    installed, superuser = row
+    if not installed:
+        return False, f"{found.group(1)} is not installed"
+    if found.group(2) and not superuser:
+        return True, f"it reads every {found.group(1)} node: run agentkeel check as a superuser"
+    return None
+
+
 def _findings(conn: psycopg.Connection, path: Path) -> list[Finding]:
     guarantee = rule_guarantee(path)
-    needs = rule_needs(path)
-    if needs is not None:
-        row = conn.execute(
-            "select exists (select 1 from pg_catalog.pg_extension where extname = %s)", (needs,)
-        ).fetchone()
-        if not row or not row[0]:
+    unmet = rule_unmet(conn, path)
+    if unmet is not None:
+        applies, reason = unmet
+        if not applies:
             return []
+        return [Finding(path.stem, guarantee, "warning", path.name, f"not checked: {reason}", "")]
     cursor = conn.execute(path.read_text(encoding="utf-8").encode())
     columns = tuple(d.name for d in cursor.description or ())
     if columns != COLUMNS:

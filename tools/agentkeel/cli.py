@@ -50,7 +50,7 @@ from agentkeel.preflight import connect as connect_dsn
 from agentkeel.sql_files import sql_root
 from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
 from agentkeel.target import database, embedded_database
-from agentkeel.workloads import SLICE_S, WORKLOAD_NAMES
+from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -423,7 +423,8 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     "workloads",
     multiple=True,
     type=click.Choice([*WORKLOAD_NAMES, "policy", "relay"]),
-    help="What to measure (repeatable). Default: every workload except policy and relay.",
+    help="What to measure (repeatable). Default: every workload except empty-claim, policy"
+    " and relay.",
 )
 @click.option(
     "--workers",
@@ -500,7 +501,7 @@ def bench(
     measures what the tenant policy costs per statement and per row; `--workload relay` the
     relay's messages per second to a file and to NATS JetStream, at batch 1 and 100."""
     counts = _worker_counts(workers)
-    chosen = list(workloads) or list(WORKLOAD_NAMES)
+    chosen = list(workloads) or list(DEFAULT_WORKLOADS)
     if sustained:
         repeats = 1
     if duration is None:
@@ -936,13 +937,21 @@ def bootstrap(
 @click.option(
     "--apply", "apply_", is_flag=True, help="Run the script (needs Citus); default: print it."
 )
-def distribute(dsn: str | None, apply_: bool) -> None:
+@click.option(
+    "--shard-count",
+    type=click.IntRange(1, 64000),
+    default=None,
+    metavar="N",
+    help="Shards of the tenant tables still to distribute (default: Citus' citus.shard_count,"
+    " 32). The cross-tenant claim scans every shard: fewer shards, cheaper claims.",
+)
+def distribute(dsn: str | None, apply_: bool, shard_count: int | None) -> None:
     """Print (or run) the Citus distribution step for the current schema."""
     with connect_dsn(require_dsn(dsn)) as conn:
         require_schema(conn)
         layout = read_layout(conn)
         if not apply_:
-            click.echo(script(layout), nl=False)
+            click.echo(script(layout, shard_count), nl=False)
             return
         if not citus_installed(conn):
             fail(
@@ -950,7 +959,7 @@ def distribute(dsn: str | None, apply_: bool) -> None:
                 "on every node first (the script was not run)",
                 ExitCode.TOOL_MISSING,
             )
-        steps = plan_distribution(layout)
+        steps = plan_distribution(layout, shard_count)
         if not steps:
             out.print("already distributed: nothing to do")
             return

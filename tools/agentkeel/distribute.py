@@ -310,8 +310,11 @@ def _on_workers(statement: str) -> str:
     return "select run_command_on_workers(" + _literal(statement) + ")"
 
 
-def plan(layout: Layout) -> list[Step]:
-    """The steps still to do, in the order Citus needs; empty when everything is done."""
+def plan(layout: Layout, shard_count: int | None = None) -> list[Step]:
+    """The steps still to do, in the order Citus needs; empty when everything is done.
+    shard_count: the shards of the tenant tables still to distribute (Citus' default,
+    citus.shard_count, when None). The cross-tenant scans visit every shard, so their cost
+    grows with it."""
     done = layout.distributed_tables
     reference = [t for t in layout.reference_tables if t not in done]
     tenant = [t for t in layout.tenant_tables if t not in done]
@@ -342,6 +345,8 @@ def plan(layout: Layout) -> list[Step]:
         )
     if tenant:
         stmts = []
+        if shard_count is not None:
+            stmts.append(f"set local citus.shard_count = {int(shard_count)}")
         if layout.triggered & set(tenant):
             stmts.append("set local citus.enable_unsafe_triggers = on")
         for t in tenant:
@@ -493,9 +498,9 @@ def plan(layout: Layout) -> list[Step]:
     return [sequential, *steps]
 
 
-def script(layout: Layout) -> str:
+def script(layout: Layout, shard_count: int | None = None) -> str:
     """The plan as a psql script: one transaction, each step with its reason."""
-    steps = plan(layout)
+    steps = plan(layout, shard_count)
     out = [
         "-- agentkeel: distribute the keel schema by tenant_id on Citus.",
         "-- Generated from the catalog. Run as a superuser on the coordinator, after",

@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
+from agentkeel.client import set_tenant_context
+
 Side = str  # "floor" | "keel"
 SLICE_S = 1.0  # throughput is reported per slice of this many seconds
 
@@ -167,10 +169,7 @@ def bench_world(dsn: str) -> Iterator[World]:
 
 
 def _context(conn: psycopg.Connection, tenant: uuid.UUID) -> None:
-    conn.execute(
-        "select set_config('keel.tenant_id', %s, true), keel.bind_tenant_context()",
-        (str(tenant),),
-    )
+    set_tenant_context(conn, tenant)
 
 
 # The floor: what a team writes without agentkeel. Same columns that matter, same indexes
@@ -235,6 +234,7 @@ class Workload:
     # (world, side, worker index) -> the worker's operation
     op: Callable[[World, Side, int], Op]
     batch: int = 1  # logical operations per call
+    default: bool = True  # run when no --workload is named
 
 
 def _load_jobs(world: World, side: Side, rows: int, state: str = "queued") -> None:
@@ -481,6 +481,18 @@ select coalesce(
 """
 
 
+def _empty_claim_op(world: World, side: Side, index: int) -> Op:
+    """A claim with nothing due, counted as one operation: what every idle worker pays per
+    poll (on Citus a scan of every shard)."""
+    claim = _claim_complete_op(world, side, index)
+
+    def op(conn: psycopg.Connection) -> int:
+        claim(conn)
+        return 1
+
+    return op
+
+
 def _reserve_op(world: World, side: Side, index: int) -> Op:
     tenant, counter = world.tenant, [0]
     floor_query = sql.SQL(FLOOR_RESERVE).format(s=sql.Identifier(world.floor))
@@ -531,11 +543,19 @@ WORKLOADS: dict[str, Workload] = {
             lambda world, side, rows: None,
             _reserve_op,
         ),
+        Workload(
+            "empty-claim",
+            "a claim when nothing is due (an idle worker's poll)",
+            lambda world, side, rows: None,
+            _empty_claim_op,
+            default=False,
+        ),
     )
 }
 
 
 WORKLOAD_NAMES = tuple(WORKLOADS)
+DEFAULT_WORKLOADS = tuple(w.name for w in WORKLOADS.values() if w.default)
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -544,7 +564,7 @@ WORKLOAD_NAMES = tuple(WORKLOADS)
 def _connection_dsn(world: World, workload: str, side: Side) -> str:
     if side == "floor":
         return world.dsn
-    return world.worker_dsn if workload.endswith("claim-complete") else world.app_dsn
+    return world.worker_dsn if "claim" in workload else world.app_dsn
 
 
 STORAGE = """

@@ -1,5 +1,5 @@
 -- agentkeel check: on Citus, every worker holds what the coordinator promises (G1).
--- agentkeel:needs citus (run_command_on_workers; without Citus the rule reports nothing)
+-- agentkeel:needs citus superuser (run_command_on_workers; without Citus it reports nothing)
 -- The other rules read the coordinator's catalog; a worker has a catalog of its own, with
 -- the shards, where a login that reached it could have changed something the coordinator
 -- never shows. Asked of every worker through run_command_on_workers, as the superuser or

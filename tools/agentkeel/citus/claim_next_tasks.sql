@@ -27,6 +27,10 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- The scan's shard queries go over one connection per worker, the one Citus keeps open
+-- between statements: a pool of new connections per call (the default, up to 16 per
+-- worker, each with its TLS handshake) cost more than the scan.
+set "citus.max_adaptive_executor_pool_size" = 1
 as $$
 declare
     v_batch constant integer := 32;
@@ -34,10 +38,15 @@ declare
     v_tenants uuid[];
     v_tasks uuid[];
     v_wakes timestamptz[];
-    v_after_wake timestamptz := '-infinity';
-    v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
-    v_after_task uuid := '00000000-0000-0000-0000-000000000000';
+    -- Candidates come in wake_at order only: the due index's order, so a scan never sorts
+    -- (many tasks enqueued in one transaction share one wake_at). A round reads the next
+    -- v_batch after v_after; when a full round claimed too little, the next one reads the
+    -- rest of its last wake_at's tie group (v_tie), minus what was tried, then moves on.
+    v_after timestamptz := '-infinity';
+    v_tie timestamptz;
+    v_tried text[] := '{}';
     v_task keel.tasks;
+    v_count integer;
     v_claimed integer := 0;
     v_claimed_tenant uuid;
     v_claimed_tenants integer := 0;
@@ -55,9 +64,9 @@ begin
     loop
         perform keel.set_claim_scan(true);
         select
-            array_agg(c.tenant_id order by c.wake_at, c.tenant_id, c.task_id),
-            array_agg(c.task_id order by c.wake_at, c.tenant_id, c.task_id),
-            array_agg(c.wake_at order by c.wake_at, c.tenant_id, c.task_id)
+            array_agg(c.tenant_id order by c.wake_at),
+            array_agg(c.task_id order by c.wake_at),
+            array_agg(c.wake_at order by c.wake_at)
         into v_tenants, v_tasks, v_wakes
         from (
             select t.tenant_id, t.task_id, t.wake_at
@@ -68,29 +77,42 @@ begin
                 and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
                 -- A transaction that already acts for a tenant claims only its tasks.
                 and (v_context is null or t.tenant_id = v_context)
-                and (t.wake_at, t.tenant_id, t.task_id) > (v_after_wake, v_after_tenant, v_after_task)
-            order by t.wake_at, t.tenant_id, t.task_id
-            limit v_batch
+                and (
+                    (v_tie is null and t.wake_at > v_after)
+                    or (
+                        t.wake_at = v_tie
+                        and t.tenant_id::text || '/' || t.task_id::text <> all(v_tried)
+                    )
+                )
+            order by t.wake_at
+            limit case when v_tie is null then v_batch end
         ) as c;
         perform keel.set_claim_scan(false);
-        exit when v_tenants is null;
-        for i in 1 .. array_length(v_tenants, 1) loop
+        v_count := coalesce(array_length(v_tenants, 1), 0);
+        for v_i in 1 .. v_count loop
+            v_tried := v_tried || (v_tenants[v_i]::text || '/' || v_tasks[v_i]::text);
             select c.* into v_task
-            from keel.claim_due_task(v_tenants[i], v_tasks[i], p_owner, p_lease, p_workflow) as c;
+            from keel.claim_due_task(v_tenants[v_i], v_tasks[v_i], p_owner, p_lease, p_workflow) as c;
             if v_task.task_id is not null then
                 return next v_task;
                 v_claimed := v_claimed + 1;
-                if v_tenants[i] is distinct from v_claimed_tenant then
-                    v_claimed_tenant := v_tenants[i];
+                if v_tenants[v_i] is distinct from v_claimed_tenant then
+                    v_claimed_tenant := v_tenants[v_i];
                     v_claimed_tenants := v_claimed_tenants + 1;
                 end if;
                 exit when v_claimed >= p_limit;
             end if;
         end loop;
-        exit when v_claimed >= p_limit or array_length(v_tenants, 1) < v_batch;
-        v_after_wake := v_wakes[v_batch];
-        v_after_tenant := v_tenants[v_batch];
-        v_after_task := v_tasks[v_batch];
+        exit when v_claimed >= p_limit;
+        if v_tie is not null then
+            v_after := v_tie;  -- the tie group is done: on past it
+            v_tie := null;
+            v_tried := '{}';
+        elsif v_count < v_batch then
+            exit;  -- read everything due
+        else
+            v_tie := v_wakes[v_count];  -- the rest of the last wake_at's tasks next
+        end if;
     end loop;
     -- As on PostgreSQL: one claimed tenant becomes the transaction's context; after
     -- several it acts for none (the nil uuid). A context the caller had stays.

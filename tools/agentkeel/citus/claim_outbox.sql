@@ -22,16 +22,24 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- The scan's shard queries go over one connection per worker, the one Citus keeps open
+-- between statements: a pool of new connections per call (the default, up to 16 per
+-- worker, each with its TLS handshake) cost more than the scan.
+set "citus.max_adaptive_executor_pool_size" = 1
 as $$
 declare
-    v_batch constant integer := 64;
+    v_round integer := greatest(64, p_limit);
     v_now timestamptz := clock_timestamp();
     v_tenants uuid[];
     v_ids uuid[];
     v_availables timestamptz[];
-    v_after_available timestamptz := '-infinity';
-    v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
-    v_after_id uuid := '00000000-0000-0000-0000-000000000000';
+    -- Candidates in available_at order only, the pending index's order (the messages of
+    -- one transaction share one available_at): rounds as in the Citus keel.claim_next_tasks,
+    -- the rest of a full round's last tie group (v_tie, minus what was tried) next.
+    v_after timestamptz := '-infinity';
+    v_tie timestamptz;
+    v_tried text[] := '{}';
+    v_count integer;
     v_message keel.outbox;
     v_claimed integer := 0;
 begin
@@ -41,9 +49,9 @@ begin
     end if;
     loop
         select
-            array_agg(c.tenant_id order by c.available_at, c.tenant_id, c.message_id),
-            array_agg(c.message_id order by c.available_at, c.tenant_id, c.message_id),
-            array_agg(c.available_at order by c.available_at, c.tenant_id, c.message_id)
+            array_agg(c.tenant_id order by c.available_at),
+            array_agg(c.message_id order by c.available_at),
+            array_agg(c.available_at order by c.available_at)
         into v_tenants, v_ids, v_availables
         from (
             select o.tenant_id, o.message_id, o.available_at
@@ -63,13 +71,19 @@ begin
                             < (o.created_at, o.position, o.message_id)
                     )
                 )
-                and (o.available_at, o.tenant_id, o.message_id)
-                > (v_after_available, v_after_tenant, v_after_id)
-            order by o.available_at, o.tenant_id, o.message_id
-            limit v_batch
+                and (
+                    (v_tie is null and o.available_at > v_after)
+                    or (
+                        o.available_at = v_tie
+                        and o.tenant_id::text || '/' || o.message_id::text <> all(v_tried)
+                    )
+                )
+            order by o.available_at
+            limit case when v_tie is null then v_round end
         ) as c;
-        exit when v_tenants is null;
-        for i in 1 .. array_length(v_tenants, 1) loop
+        v_count := coalesce(array_length(v_tenants, 1), 0);
+        for i in 1 .. v_count loop
+            v_tried := v_tried || (v_tenants[i]::text || '/' || v_ids[i]::text);
             select c.* into v_message
             from keel.claim_due_message(v_tenants[i], v_ids[i], p_relay, p_lease, p_topic_prefix) as c;
             if v_message.message_id is not null then
@@ -78,10 +92,16 @@ begin
                 exit when v_claimed >= p_limit;
             end if;
         end loop;
-        exit when v_claimed >= p_limit or array_length(v_tenants, 1) < v_batch;
-        v_after_available := v_availables[v_batch];
-        v_after_tenant := v_tenants[v_batch];
-        v_after_id := v_ids[v_batch];
+        exit when v_claimed >= p_limit;
+        if v_tie is not null then
+            v_after := v_tie;
+            v_tie := null;
+            v_tried := '{}';
+        elsif v_count < v_round then
+            exit;
+        else
+            v_tie := v_availables[v_count];
+        end if;
     end loop;
 end;
 $$;

@@ -16,6 +16,10 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- The scan's shard queries go over one connection per worker, the one Citus keeps open
+-- between statements: a pool of new connections per call (the default, up to 16 per
+-- worker, each with its TLS handshake) cost more than the scan.
+set "citus.max_adaptive_executor_pool_size" = 1
 as $$
 declare
     v_now timestamptz := clock_timestamp();

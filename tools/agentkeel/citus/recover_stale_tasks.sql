@@ -28,6 +28,10 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+-- The scan's shard queries go over one connection per worker, the one Citus keeps open
+-- between statements: a pool of new connections per call (the default, up to 16 per
+-- worker, each with its TLS handshake) cost more than the scan.
+set "citus.max_adaptive_executor_pool_size" = 1
 as $$
 #variable_conflict use_column
 declare
@@ -37,9 +41,12 @@ declare
     v_tenants uuid[];
     v_tasks uuid[];
     v_expiries timestamptz[];
-    v_after_expiry timestamptz := '-infinity';
-    v_after_tenant uuid := '00000000-0000-0000-0000-000000000000';
-    v_after_task uuid := '00000000-0000-0000-0000-000000000000';
+    -- Candidates in lease_expires_at order only, the expiry index's order: rounds as in
+    -- the Citus keel.claim_next_tasks, the rest of a full round's last tie group next.
+    v_after timestamptz := '-infinity';
+    v_tie timestamptz;
+    v_tried text[] := '{}';
+    v_count integer;
     v_row record;
     v_done integer := 0;
 begin
@@ -58,9 +65,9 @@ begin
     loop
         perform keel.set_claim_scan(true);
         select
-            array_agg(c.tenant_id order by c.lease_expires_at, c.tenant_id, c.task_id),
-            array_agg(c.task_id order by c.lease_expires_at, c.tenant_id, c.task_id),
-            array_agg(c.lease_expires_at order by c.lease_expires_at, c.tenant_id, c.task_id)
+            array_agg(c.tenant_id order by c.lease_expires_at),
+            array_agg(c.task_id order by c.lease_expires_at),
+            array_agg(c.lease_expires_at order by c.lease_expires_at)
         into v_tenants, v_tasks, v_expiries
         from (
             select t.tenant_id, t.task_id, t.lease_expires_at
@@ -69,14 +76,20 @@ begin
                 and t.lease_expires_at <= v_now
                 and (p_workflow is null or t.workflow = p_workflow)
                 and (v_context is null or t.tenant_id = v_context)
-                and (t.lease_expires_at, t.tenant_id, t.task_id)
-                > (v_after_expiry, v_after_tenant, v_after_task)
-            order by t.lease_expires_at, t.tenant_id, t.task_id
-            limit v_batch
+                and (
+                    (v_tie is null and t.lease_expires_at > v_after)
+                    or (
+                        t.lease_expires_at = v_tie
+                        and t.tenant_id::text || '/' || t.task_id::text <> all(v_tried)
+                    )
+                )
+            order by t.lease_expires_at
+            limit case when v_tie is null then v_batch end
         ) as c;
         perform keel.set_claim_scan(false);
-        exit when v_tenants is null;
-        for i in 1 .. array_length(v_tenants, 1) loop
+        v_count := coalesce(array_length(v_tenants, 1), 0);
+        for i in 1 .. v_count loop
+            v_tried := v_tried || (v_tenants[i]::text || '/' || v_tasks[i]::text);
             for v_row in
                 select r.*
                 from keel.recover_stale_task(v_tenants[i], v_tasks[i], p_actor, p_max_attempts) as r
@@ -94,10 +107,16 @@ begin
             end loop;
             exit when v_done >= p_limit;
         end loop;
-        exit when v_done >= p_limit or array_length(v_tenants, 1) < v_batch;
-        v_after_expiry := v_expiries[v_batch];
-        v_after_tenant := v_tenants[v_batch];
-        v_after_task := v_tasks[v_batch];
+        exit when v_done >= p_limit;
+        if v_tie is not null then
+            v_after := v_tie;
+            v_tie := null;
+            v_tried := '{}';
+        elsif v_count < v_batch then
+            exit;
+        else
+            v_tie := v_expiries[v_count];
+        end if;
     end loop;
     -- As on PostgreSQL: after taking tasks over, a transaction that had no context acts
     -- for none (the nil uuid); a context the caller had stays.
