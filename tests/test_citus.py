@@ -441,3 +441,51 @@ def test_check_names_what_changed_on_a_worker(citus_keel):
             expected,
             found,
         )
+
+
+# -- bootstrap ----------------------------------------------------------------------------
+
+
+def test_bootstrap_for_citus_makes_every_login_on_every_node(citus_db, citus_admin_dsn):
+    """Item 7: on a cluster the database exists, with the extension; roles created from
+    another database would stay on the coordinator. `bootstrap --citus` runs in the
+    database, so every role reaches every worker, and the usual steps follow: migrate up
+    and distribute as a superuser (Citus makes roles an older database made on every node
+    with ALTER ROLE ... NOSUPERUSER), calls as an application login, workflows defined by
+    the migrator."""
+    tag = uuid.uuid4().hex[:8]
+    migrator, app, agent = f"akt_mig_{tag}", f"akt_app_{tag}", f"akt_agent_{tag}"
+    dbname = str(conninfo.conninfo_to_dict(citus_db)["dbname"])
+    try:
+        result = run_agentkeel(
+            "bootstrap", "--citus", "--apply", "--dsn", citus_db, "--database", dbname,
+            "--migrator", migrator, "--app-login", app, "--agent-login", agent,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        roles = (
+            "select string_agg(r.rolname || ':' || coalesce(array_to_string(s.setconfig, ';'),"
+            " ''), ',' order by r.rolname) from pg_roles r left join pg_db_role_setting s"
+            f" on s.setrole = r.oid and s.setdatabase = 0 where r.rolname like '%\\_{tag}'"
+        )
+        with psycopg.connect(citus_db) as conn:
+            (expected,) = conn.execute(roles).fetchone()
+            owner = conn.execute(
+                "select pg_get_userbyid(datdba) from pg_database where datname = %s", (dbname,)
+            ).fetchone()
+        assert agent in expected and "statement_timeout" in expected and owner == (migrator,)
+        assert {r for _, r in citus_cluster.on_workers(citus_db, roles)} == {expected}
+        as_migrator = conninfo.make_conninfo(citus_db, user=migrator)
+        for step in (("migrate", "up"), ("distribute", "--apply")):
+            result = run_agentkeel(*step, "--dsn", citus_db)
+            assert result.returncode == 0, result.stderr
+        with psycopg.connect(as_migrator, autocommit=True) as conn:
+            Keel(conn).define_workflow(WORKFLOW, 1, "queued", EDGES)
+        with psycopg.connect(conninfo.make_conninfo(citus_db, user=app), autocommit=True) as c:
+            tenant = Keel(c).create_tenant("bootstrapped").tenant_id
+            assert Keel(c).create_task(tenant, WORKFLOW, 1).state == "queued"
+    finally:
+        with psycopg.connect(citus_db, autocommit=True) as conn:  # Citus: on every node
+            conn.execute(
+                sql.SQL("alter database {} owner to current_user").format(sql.Identifier(dbname))
+            )
+        citus_cluster.drop_roles(citus_admin_dsn, [app, agent, migrator])

@@ -154,15 +154,24 @@ class Plan:
     database: str
     migrator: str
     logins: list[Login]
+    # On Citus the database exists already (with the extension, on every node, the nodes
+    # added): the script runs in it, so that Citus creates every role on every node, and
+    # hands the database to the migrator instead of creating it.
+    citus: bool = False
 
     def statements(self, root: Path | None = None) -> list[str]:
         groups = keel_group_roles(root)
         settings = role_settings(root)
+        database = (
+            f"alter database {_ident(self.database)} owner to {_ident(self.migrator)};"
+            if self.citus
+            else f"create database {_ident(self.database)} owner {_ident(self.migrator)};"
+        )
         stmts = [
             f"create role {_ident(self.migrator)} login createrole;",
             _group_roles_block(groups, self.migrator),
             f"grant keel_owner to {_ident(self.migrator)};",
-            f"create database {_ident(self.database)} owner {_ident(self.migrator)};",
+            database,
             f"revoke connect on database {_ident(self.database)} from public;",
             f"grant connect on database {_ident(self.database)} to "
             + ", ".join(_ident(g) for g in groups)
@@ -175,12 +184,27 @@ class Plan:
     def script(self, root: Path | None = None) -> str:
         settings = role_settings(root)
         stmts = self.statements(root)
+        where = (
+            [
+                "-- agentkeel bootstrap for Citus: run once as a superuser on the coordinator,",
+                f"-- in the database {self.database} (with the citus extension on every node",
+                "-- and the workers added), so that Citus creates every role on every node:",
+                f"--   psql -v ON_ERROR_STOP=1 -d {self.database} -f bootstrap.sql",
+                "-- Roles are per node and cluster-wide on each: a role created from another",
+                "-- database would exist on the coordinator only.",
+            ]
+            if self.citus
+            else [
+                "-- agentkeel bootstrap: run once as a superuser or a CREATEROLE role, e.g.",
+                "--   psql -v ON_ERROR_STOP=1 -d postgres -f bootstrap.sql",
+                "-- Roles and role settings are cluster-wide: every database of this server",
+                "-- sees the logins below, and the keel_* group roles are shared by every",
+                "-- agentkeel database on it.",
+            ]
+        )
         head = [
-            "-- agentkeel bootstrap: run once as a superuser or a CREATEROLE role, e.g.",
-            "--   psql -v ON_ERROR_STOP=1 -d postgres -f bootstrap.sql",
-            "-- Roles and role settings are cluster-wide: every database of this server sees",
-            "-- the logins below, and the keel_* group roles are shared by every agentkeel",
-            "-- database on it. No password is in this file: psql prompts (\\password).",
+            *where,
+            "-- No password is in this file: psql prompts (\\password).",
             "--",
             f"-- The migrator {self.migrator}: LOGIN CREATEROLE and nothing else. CREATEROLE",
             "-- because every `agentkeel migrate up` re-applies policies/, which creates the",
@@ -196,6 +220,11 @@ class Plan:
             "",
             "-- The database, owned by the migrator (`migrate up` creates schema keel in it);",
             "-- only the keel_* roles (and so their members) may connect.",
+            *(
+                ["-- On Citus it exists already: it is handed to the migrator."]
+                if self.citus
+                else []
+            ),
             *stmts[3:6],
             "",
             "-- Application logins, one per program (`agentkeel bootstrap --app-login NAME`,",
@@ -216,9 +245,22 @@ class Plan:
             for stmt in login_statements(example, settings):
                 body += ["-- " + line for line in stmt.splitlines()]
             body += [f"-- \\password {example.name}", ""]
+        if self.citus:
+            body += [
+                "-- Then, as a superuser: on Citus, migrations make the keel_* roles a",
+                "-- database does not know yet on every node with ALTER ROLE ... NOSUPERUSER,",
+                "-- and the distribution functions need one too:",
+                f"--   agentkeel migrate up --dsn postgresql://postgres@HOST/{self.database}",
+                f"--   agentkeel distribute --apply --dsn postgresql://postgres@HOST/"
+                f"{self.database}",
+            ]
+        else:
+            body += [
+                "-- Then, as the migrator:",
+                f"--   agentkeel migrate up --dsn postgresql://{self.migrator}@HOST/"
+                f"{self.database}",
+            ]
         body += [
-            "-- Then, as the migrator:",
-            f"--   agentkeel migrate up --dsn postgresql://{self.migrator}@HOST/{self.database}",
             "--   agentkeel conformance --dsn <an application login> --owner-dsn <the migrator>",
         ]
         return "\n".join([*head, "", *body]) + "\n"

@@ -857,6 +857,12 @@ def relay_status(dsn: str | None, as_json: bool) -> None:
 @click.option("--apply", "apply_", is_flag=True, help="Run the script; default: print it.")
 @click.option("--database", default="agentkeel", show_default=True, help="Database to create.")
 @click.option(
+    "--citus",
+    is_flag=True,
+    help="For a Citus cluster: the database exists (citus on every node, workers added); the"
+    " script runs in it, so that every role reaches every node, and hands it to the migrator.",
+)
+@click.option(
     "--migrator", default="agentkeel_migrator", show_default=True, help="Migrator login to create."
 )
 @click.option("--app-login", "app_logins", multiple=True, metavar="NAME", help="keel_app login.")
@@ -878,6 +884,7 @@ def bootstrap(
     dsn: str | None,
     apply_: bool,
     database: str,
+    citus: bool,
     migrator: str,
     app_logins: tuple[str, ...],
     worker_logins: tuple[str, ...],
@@ -896,7 +903,7 @@ def bootstrap(
         )
         for name in names
     ]
-    plan = BootstrapPlan(database, migrator, logins)
+    plan = BootstrapPlan(database, migrator, logins, citus)
     if not apply_:
         if password_envs:
             fail(
