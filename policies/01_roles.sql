@@ -21,7 +21,7 @@ $$;
 grant keel_owner to keel_migrator;
 
 comment on role keel_owner is
-'agentkeel: owns every keel object; runs retention and tenant deletion. NOLOGIN on PostgreSQL; on Citus `agentkeel distribute` gives it LOGIN, because workers are reached as the owner of SECURITY DEFINER functions.';
+'agentkeel: owns every keel object; runs retention and tenant deletion. NOLOGIN, on Citus on every node too: no node may be reached as the owner of the tables (agentkeel distribute sees to it).';
 comment on role keel_migrator is 'agentkeel: applies migrations (member of keel_owner).';
 comment on role keel_app is
 'agentkeel: trusted server code; calls the function API for the tenant it sets with SET LOCAL keel.tenant_id.';

@@ -11,8 +11,9 @@
 -- stamp. It reached the worker as a SET LOCAL, so it ends with this transaction too. A
 -- session-level value left on such a connection would be honoured by a later relayed
 -- transaction that binds no context of its own: no keel function leaves one (lint
--- citus.set_config), but SQL an agent smuggles into the workers can (README, "Known hole
--- on Citus"), as it could then do anything else there as keel_owner.
+-- citus.set_config); SQL a login smuggles onto its own worker connections could, and it
+-- would then hold for that login's own later transactions only (a worker connection
+-- belongs to one login: docs/citus.md), where it could have set the value itself.
 -- A SQL function with a standard body, inlined into keel.current_tenant() and so into
 -- every policy; keel.context_relayed() runs only when the stamp is not this node's.
 create or replace function keel.context_stamp()
