@@ -489,3 +489,19 @@ def test_bootstrap_for_citus_makes_every_login_on_every_node(citus_db, citus_adm
                 sql.SQL("alter database {} owner to current_user").format(sql.Identifier(dbname))
             )
         citus_cluster.drop_roles(citus_admin_dsn, [app, agent, migrator])
+
+
+def test_bench_runs_on_a_coordinator(citus_keel):
+    """Item 6: agentkeel bench --dsn <coordinator> (it set its tenant with set_config, which
+    Citus never propagates): the workloads and the policy cost run, and the keel side does
+    work."""
+    result = run_agentkeel(
+        "bench", "--dsn", citus_keel, "--workload", "claim-complete", "--workload",
+        "empty-claim", "--workload", "policy", "--rows", "200", "--workers", "2",
+        "--duration", "1", "--repeats", "1", "--json", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    runs = report["runs"] if isinstance(report, dict) else report
+    keel = {r["workload"]: r for r in runs if r.get("side") == "keel"}
+    assert keel["claim-complete"]["ops"] > 0 and keel["empty-claim"]["ops"] > 0

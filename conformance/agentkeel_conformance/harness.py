@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +14,15 @@ import psycopg
 from psycopg import sql
 
 from agentkeel.client import set_tenant_context
+
+
+def dsn_env(dsn: str, drop: Sequence[str] = ()) -> dict[str, str]:
+    """The environment for an agentkeel subprocess: its DSN (a temporary login's, with the
+    password) goes in $AGENTKEEL_DSN, never on the command line, where a failure report or
+    `ps` would show it."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["AGENTKEEL_DSN"] = dsn
+    return env
 
 
 def tenant_tables(conn: psycopg.Connection) -> list[str]:

@@ -23,7 +23,7 @@ import pytest
 
 from agentkeel.client import Keel
 from agentkeel_conformance.connections import NO_PREPARE_ENV
-from agentkeel_conformance.harness import in_tenant
+from agentkeel_conformance.harness import dsn_env, in_tenant
 
 pytestmark = pytest.mark.guarantee("G6")
 
@@ -31,17 +31,9 @@ FAILPOINT_ENV = "AGENTKEEL_RELAY_FAILPOINT"
 LEASE = 1.0  # seconds: a killed relay's claims are due again this soon
 
 
-def relay_env(dsn: str) -> dict[str, str]:
-    """The relay's environment: the DSN (with the temporary login's password) goes in
-    $AGENTKEEL_DSN, never on the command line, where a failure report or `ps` shows it."""
-    env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
-    env["AGENTKEEL_DSN"] = dsn
-    return env
-
-
 def relay(dsn: str, sink: Path, prefix: str, *args: str, failpoint: str | None = None):
     """Run `agentkeel relay --once` to completion (or to its SIGKILL)."""
-    env = relay_env(dsn)
+    env = dsn_env(dsn, drop=(FAILPOINT_ENV,))
     if failpoint:
         env[FAILPOINT_ENV] = failpoint
     command = [sys.executable, "-m", "agentkeel.cli", "relay"]
@@ -209,7 +201,7 @@ def test_four_relays_at_once_deliver_no_message_twice(keel, tenant, workflow, re
     topic_prefix = prefix()
     committed = commit_messages(keel, tenant, workflow, f"{topic_prefix}.k", 60)
     sinks = [tmp_path / f"relay-{n}.jsonl" for n in range(4)]
-    env = relay_env(relay_dsn)
+    env = dsn_env(relay_dsn, drop=(FAILPOINT_ENV,))
     procs = [
         subprocess.Popen(
             [

@@ -145,7 +145,7 @@ def bench_world(dsn: str) -> Iterator[World]:
                 (workflow, '[["queued", "done"], ["queued", "a"], ["a", "b"], ["b", "a"]]'),
             )
             with owner.transaction():
-                _context(owner, tenant)
+                set_tenant_context(owner, tenant)
                 owner.execute("select keel.create_tenant(%s, 'agentkeel-bench')", (tenant,))
             owner.execute(sql.SQL(FLOOR_DDL).format(schema=sql.Identifier(floor)))
         yield World(
@@ -160,16 +160,12 @@ def bench_world(dsn: str) -> Iterator[World]:
         with psycopg.connect(dsn, autocommit=True) as owner:
             owner.execute(sql.SQL("drop schema if exists {} cascade").format(sql.Identifier(floor)))
             with owner.transaction():
-                _context(owner, tenant)
+                set_tenant_context(owner, tenant)
                 owner.execute("set local keel.purge = on")
                 owner.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
             owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
             for role in (worker, app):
                 owner.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role)))
-
-
-def _context(conn: psycopg.Connection, tenant: uuid.UUID) -> None:
-    set_tenant_context(conn, tenant)
 
 
 # The floor: what a team writes without agentkeel. Same columns that matter, same indexes
@@ -251,7 +247,7 @@ def _load_jobs(world: World, side: Side, rows: int, state: str = "queued") -> No
             )
         else:
             with owner.transaction():
-                _context(owner, world.tenant)
+                set_tenant_context(owner, world.tenant)
                 owner.execute(
                     sql.SQL(
                         "insert into keel.tasks"
@@ -270,7 +266,7 @@ def _clear(world: World, vacuum: bool = True) -> None:
                 sql.SQL("truncate {}.{}").format(sql.Identifier(world.floor), sql.Identifier(table))
             )
         with owner.transaction():
-            _context(owner, world.tenant)
+            set_tenant_context(owner, world.tenant)
             owner.execute("set local keel.purge = on")
             owner.execute("delete from keel.outbox where tenant_id = %s", (world.tenant,))
             owner.execute("delete from keel.operations where tenant_id = %s", (world.tenant,))
@@ -421,7 +417,7 @@ def _own_job(world: World, side: Side, index: int) -> uuid.UUID:
             row = conn.execute(query, (index,)).fetchone()
         else:
             with conn.transaction():
-                _context(conn, world.tenant)
+                set_tenant_context(conn, world.tenant)
                 row = conn.execute(
                     "select task_id from keel.tasks where tenant_id = %s and state <> 'done'"
                     " order by task_id offset %s limit 1",
