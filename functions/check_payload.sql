@@ -50,6 +50,22 @@ begin
             );
     end if;
 
+    -- Numbers every JSON reader can hold: 0, or a magnitude an IEEE 754 double holds
+    -- (I-JSON, RFC 7493). Past it Python's json refuses an integer of more than 4300
+    -- digits, and others fail or read Infinity (which no JSON may carry on): a relay or
+    -- consumer that cannot read one message must never be handed it.
+    if jsonb_path_exists(
+        p_payload,
+        'strict $.** ? (@.type() == "number" && @ != 0'
+        ' && (@.abs() > 1.7976931348623157e308 || @.abs() < 2.2250738585072014e-308))'
+    ) then
+        raise exception using
+            errcode = '22K02',
+            message = format('%s holds a number no IEEE 754 double can hold', p_what),
+            detail = 'Nonzero numbers must lie between 2.2250738585072014e-308 and 1.7976931348623157e308 in magnitude; the value was not stored.',
+            hint = 'Send such a value as a string.';
+    end if;
+
     -- Every key at any depth. The depth bound above keeps this linear in the size, and
     -- paths are cut at 200 characters (all a message shows) so long keys cannot make it
     -- quadratic.
@@ -98,4 +114,4 @@ end;
 $$;
 
 comment on function keel.check_payload(text, jsonb, text) is
-'Raises payload_rejected (22K02) when a payload nests deeper than settings.max_payload_depth (checked first), is larger than the settings row named by p_limit_setting, or has a key at any depth whose keel.fold_key form matches keel.redaction_rules. p_what names the payload in the message; the message names the key path, never a value (G9).';
+'Raises payload_rejected (22K02) when a payload nests deeper than settings.max_payload_depth (checked first), is larger than the settings row named by p_limit_setting, holds a nonzero number no IEEE 754 double can hold, or has a key at any depth whose keel.fold_key form matches keel.redaction_rules. p_what names the payload in the message; the message names the key path, never a value (G9).';

@@ -184,6 +184,18 @@ MUTATIONS = {
         "G1",
         "test_a_tenant_id_an_agent_plants_gives_it_nothing",
     ),
+    "G9: numbers_unchecked, numbers no double holds are stored": (
+        "check_payload.sql",
+        [
+            (
+                r"@\.abs\(\) > 1\.7976931348623157e308 \|\| @\.abs\(\) < 2\.2250738585072014e-308",
+                "@.abs() < 0",
+                1,
+            )
+        ],
+        "G9",
+        "test_numbers_no_double_can_hold_are_refused",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

@@ -223,3 +223,37 @@ def test_the_relay_reconnects_when_its_backends_are_terminated(migrated_db, tmp_
     delivered = [json.loads(line)["message_id"] for line in sink.read_text().splitlines()]
     assert delivered == [*first, *second]
     assert "database connection lost: reconnecting" in stderr
+
+
+def test_a_message_no_decoder_accepts_is_delivered_as_stored_and_stops_nothing(
+    migrated_db, tmp_path
+):
+    """Issue 23, class 1: a payload Python's json refuses (an integer of 5000 digits; a
+    magnitude no double holds, which would come out as Infinity, itself not JSON) made the
+    relay exit while decoding a claimed batch, and every message of the batch, of every
+    tenant, spent an attempt each time until all were dead. Stored before the payload
+    check refused such numbers (planted here as a superuser), it is now forwarded byte for
+    byte like any other, and the batch is delivered."""
+    outbox = Outbox.make(migrated_db)
+    before = outbox.commit("poison.before", [{"n": 1}])
+    huge = "9" * 5000
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        for payload in (f'{{"n": {huge}}}', '{"n": 1e400}', "[-1e400, 1e-400]"):
+            conn.execute(
+                "insert into keel.outbox (tenant_id, topic, payload) values (%s, %s, %s::jsonb)",
+                (outbox.tenant, "poison.planted", payload),
+            )
+    after = outbox.commit("poison.after", [{"n": 2}])
+    sink = tmp_path / "out.jsonl"
+    result = run_relay(migrated_db, f"file:{sink}", "--once", "--batch", "10")
+    assert result.returncode == 0, result.stderr
+    lines = sink.read_text().splitlines()
+    delivered = [json.loads(line, parse_int=str, parse_float=str) for line in lines]
+    assert {m["message_id"] for m in delivered} >= {*before, *after}
+    planted = [m["payload"] for m in delivered if m["topic"] == "poison.planted"]
+    assert len(planted) == 3 and {"n": huge} in planted
+    with psycopg.connect(migrated_db) as conn:  # not the payloads: Python cannot read one
+        states = conn.execute(
+            "select distinct state from keel.outbox where tenant_id = %s", (outbox.tenant,)
+        ).fetchall()
+    assert states == [("delivered",)]

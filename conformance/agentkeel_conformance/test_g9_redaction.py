@@ -188,3 +188,49 @@ def test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work
             (tenant, uuid.uuid4(), nested_text(depth)),
         )
     assert "nests deeper than 64 levels" in info.value.message
+
+
+# Numbers past what an IEEE 754 double holds: Python's json refuses the first, others fail
+# on or read Infinity for the rest (issue 23: one such payload stopped the relay for every
+# tenant). Sent as JSON text: no Python value encodes them.
+UNREADABLE_NUMBERS = {
+    "5000 digits": "9" * 5000,
+    "past the largest double": "1e400",
+    "past the largest negative double": "-1.8e308",
+    "below the smallest normal double": "1e-400",
+}
+READABLE_NUMBERS = ["0", "-0.0", "1.7976931348623157e308", "2.2250738585072014e-308", "9" * 300]
+
+
+@pytest.mark.parametrize("case", sorted(UNREADABLE_NUMBERS))
+@pytest.mark.parametrize("where", ["payload", "outbox payload", "outbox headers"])
+def test_numbers_no_double_can_hold_are_refused(keel, tenant, new_task, case, where):
+    """Mutation: numbers_unchecked."""
+    number = UNREADABLE_NUMBERS[case]
+    document = f'{{"deep": [{{"n": {number}}}]}}'
+    payload, outbox = "{}", "[]"
+    if where == "payload":
+        payload = document
+    elif where == "outbox payload":
+        outbox = f'[{{"topic": "t", "payload": {document}}}]'
+    else:
+        outbox = f'[{{"topic": "t", "headers": {document}}}]'
+    task = new_task()
+    with pytest.raises(PayloadRejected) as info, keel.transaction(tenant) as conn:
+        conn.execute(
+            "select keel.transition_task(%s, %s, 1, 'running',"
+            " p_payload => %s::jsonb, p_outbox => %s::jsonb)",
+            (tenant, task.task_id, payload, outbox),
+        )
+    assert "no IEEE 754 double can hold" in info.value.message
+    assert number not in f"{info.value.message} {info.value.detail} {info.value.hint}"
+
+
+def test_numbers_a_double_holds_are_accepted(keel, tenant, new_task):
+    """No mutation: a positive control at the bounds of the number check."""
+    task = new_task()
+    with keel.transaction(tenant) as conn:
+        conn.execute(
+            "select keel.transition_task(%s, %s, 1, 'running', p_payload => %s::jsonb)",
+            (tenant, task.task_id, f'{{"numbers": [{", ".join(READABLE_NUMBERS)}]}}'),
+        )

@@ -76,6 +76,17 @@ class Stats:
         return dict(self.__dict__)
 
 
+# Payload and headers come back as JSON text: the relay forwards them as stored and never
+# decodes them (Message), so a value no decoder accepts cannot stop a batch.
+CLAIM = (
+    "select c.tenant_id, c.message_id, c.topic, c.message_key, c.payload::text as payload,"
+    " c.headers::text as headers, c.created_at, c.attempts, c.claim_token, c.task_id,"
+    " c.event_seq, c.position"
+    " from keel.claim_outbox(p_relay => %s, p_limit => %s, p_lease => %s,"
+    " p_topic_prefix => %s) as c"
+)
+
+
 class Relay:
     def __init__(self, config: Config, sink: Sink, failpoints: Failpoints | None = None) -> None:
         self.config = config
@@ -262,8 +273,7 @@ class Relay:
     async def claim(self) -> list[Message]:
         assert self.conn is not None
         cur = await self.conn.execute(
-            "select * from keel.claim_outbox(p_relay => %s, p_limit => %s, p_lease => %s,"
-            " p_topic_prefix => %s)",
+            CLAIM,
             (self.config.name, self.config.batch, self.config.lease, self.config.topic_prefix),
         )
         return [Message.from_row(row) for row in await cur.fetchall()]

@@ -30,14 +30,18 @@ Kind = Literal["ack", "retry", "dead", "release"]
 
 @dataclass(frozen=True)
 class Message:
-    """One claimed outbox row (keel.claim_outbox)."""
+    """One claimed outbox row (keel.claim_outbox).
+
+    payload and headers are the JSON text the database stored, never decoded here: the
+    relay forwards them byte for byte, so no value a decoder would refuse (a number of
+    thousands of digits, say) can fail a message, let alone its batch."""
 
     tenant_id: uuid.UUID
     message_id: uuid.UUID
     topic: str
     message_key: str | None
-    payload: Any
-    headers: dict[str, Any]
+    payload: str  # JSON text
+    headers: str  # JSON text (an object)
     created_at: datetime
     attempts: int
     claim_token: int
@@ -52,8 +56,8 @@ class Message:
             message_id=row["message_id"],
             topic=row["topic"],
             message_key=row.get("message_key"),
-            payload=row.get("payload"),
-            headers=dict(row.get("headers") or {}),
+            payload=row.get("payload") or "null",
+            headers=row.get("headers") or "{}",
             created_at=row["created_at"],
             attempts=int(row.get("attempts") or 0),
             claim_token=int(row["claim_token"]),
@@ -62,23 +66,22 @@ class Message:
             position=row.get("position"),
         )
 
-    def record(self) -> dict[str, Any]:
-        """What every sink delivers: the same JSON object everywhere."""
-        return {
-            "message_id": str(self.message_id),
-            "tenant_id": str(self.tenant_id),
-            "topic": self.topic,
-            "key": self.message_key,
-            "headers": self.headers,
-            "payload": self.payload,
-            "created_at": self.created_at.isoformat(),
-            "task_id": None if self.task_id is None else str(self.task_id),
-            "event_seq": self.event_seq,
-            "position": self.position,
-        }
-
     def body(self) -> bytes:
-        return json.dumps(self.record(), separators=(",", ":"), ensure_ascii=False).encode()
+        """What every sink delivers: the same JSON object everywhere, payload and headers
+        spliced in as stored."""
+        fields: list[tuple[str, str]] = [
+            ("message_id", json.dumps(str(self.message_id))),
+            ("tenant_id", json.dumps(str(self.tenant_id))),
+            ("topic", json.dumps(self.topic, ensure_ascii=False)),
+            ("key", json.dumps(self.message_key, ensure_ascii=False)),
+            ("headers", self.headers),
+            ("payload", self.payload),
+            ("created_at", json.dumps(self.created_at.isoformat())),
+            ("task_id", json.dumps(None if self.task_id is None else str(self.task_id))),
+            ("event_seq", json.dumps(self.event_seq)),
+            ("position", json.dumps(self.position)),
+        ]
+        return ("{" + ",".join(f'"{k}":{v}' for k, v in fields) + "}").encode()
 
 
 @dataclass(frozen=True)
