@@ -40,7 +40,7 @@ begin
             message = 'worker context proof does not verify for this login',
             hint = 'A proof is bound to the login that bound it; bind your own token.';
     end if;
-    if to_timestamp(v_parts[4]::bigint) <= now() then
+    if to_timestamp(v_parts[4]::bigint) <= clock_timestamp() then  -- at call time
         raise exception using
             errcode = '42K07',
             message = 'worker context proof has expired',

@@ -39,7 +39,7 @@ begin
             message = 'tenant token signature does not verify',
             hint = 'Tokens cannot be edited: mint a new one for the tenant.';
     end if;
-    if to_timestamp(v_parts[4]::bigint) <= now() then
+    if to_timestamp(v_parts[4]::bigint) <= clock_timestamp() then  -- at call time
         raise exception using
             errcode = '42K07',
             message = 'tenant token has expired',

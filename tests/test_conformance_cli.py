@@ -196,6 +196,12 @@ MUTATIONS = {
         "G9",
         "test_numbers_no_double_can_hold_are_refused",
     ),
+    "G1: expiry_at_transaction_start, a token is judged at the transaction's start": (
+        "verify_tenant_token.sql",
+        [(r"<= clock_timestamp\(\) then  -- at call time", "<= now() then", 1)],
+        "G1",
+        "test_a_token_expiring_inside_an_open_transaction_stops_working_there",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

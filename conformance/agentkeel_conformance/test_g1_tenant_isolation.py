@@ -423,13 +423,43 @@ def test_altered_or_forged_tokens_are_refused(world, agent, attack):
         )
 
 
+def wait_for_the_database_clock_past(conn: psycopg.Connection, token: str) -> None:
+    """Until the server's clock has passed the token's expiry: a condition, not a sleep of
+    a guessed length (the expiry is the token's fourth part, in epoch seconds)."""
+    expiry = int(token.split(".")[3])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        row = conn.execute("select clock_timestamp() > to_timestamp(%s)", (expiry,)).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.1)
+    pytest.fail("the database clock never passed the token's expiry")
+
+
 def test_an_expired_token_is_refused(world, app_keel, agent):
     """No mutation: verify_tenant_token's expiry check has no planted bug yet."""
-    short = app_keel.mint_tenant_token(world.a.tenant, timedelta(seconds=1))
-    assert agent(OWN_TASKS, (world.a.tenant,), token=short)
-    time.sleep(2.1)
+    short = app_keel.mint_tenant_token(world.a.tenant, timedelta(seconds=5))
+    with suite_connect(world.agent_dsn, autocommit=True) as conn:
+        wait_for_the_database_clock_past(conn, short)
     with pytest.raises(psycopg.Error) as info:
         agent(OWN_TASKS, (world.a.tenant,), token=short)
+    assert info.value.sqlstate == "42K07"
+
+
+def test_a_token_expiring_inside_an_open_transaction_stops_working_there(world, app_keel):
+    """A token is judged when it is used, not at the start of the transaction that bound
+    it: a transaction kept open past the expiry cannot go on acting for the tenant.
+    Mutation: expiry_at_transaction_start."""
+    short = app_keel.mint_tenant_token(world.a.tenant, timedelta(seconds=5))
+    expiry = int(short.split(".")[3])
+    with suite_connect(world.agent_dsn, autocommit=True) as conn, conn.transaction():
+        set_tenant_token(conn, short)
+        row = conn.execute("select now() < to_timestamp(%s)", (expiry,)).fetchone()
+        if not row or not row[0]:
+            pytest.skip("inconclusive: the transaction began after the token had expired")
+        wait_for_the_database_clock_past(conn, short)
+        with pytest.raises(psycopg.Error) as info, conn.transaction():
+            conn.execute(OWN_TASKS, (world.a.tenant,)).fetchall()
     assert info.value.sqlstate == "42K07"
 
 
