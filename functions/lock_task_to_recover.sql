@@ -6,10 +6,12 @@
 -- tenant's locks keep the recoverer from another tenant's stale tasks. A distributed
 -- deployment replaces this function (unlocked candidate scan, then a per-tenant SKIP
 -- LOCKED lock); keel.recover_stale_tasks does not change.
+drop function if exists keel.lock_task_to_recover(timestamptz, text, timestamptz);
 create or replace function keel.lock_task_to_recover(
     p_now timestamptz,
     p_workflow text default null,
-    p_after timestamptz default '-infinity'
+    p_after timestamptz default '-infinity',
+    p_tenant uuid default null
 )
 returns keel.tasks
 language plpgsql
@@ -31,6 +33,8 @@ begin
         -- vacuum), and the scan starts past them instead of rechecking each one again.
         and t.lease_expires_at >= p_after
         and (p_workflow is null or t.workflow = p_workflow)
+        -- A transaction that acts for a tenant recovers only that tenant's tasks.
+        and (p_tenant is null or t.tenant_id = p_tenant)
     order by t.lease_expires_at
     limit 1
     for update skip locked;
@@ -39,5 +43,5 @@ begin
 end;
 $$;
 
-comment on function keel.lock_task_to_recover(timestamptz, text, timestamptz) is
-'Locks the task of any tenant whose lease expired longest ago (lease_owner set, p_after <= lease_expires_at <= p_now), optionally of one workflow, skipping rows other transactions have locked; returns it, or a row of nulls when there is none. The cross-tenant part of keel.recover_stale_tasks, replaced on Citus; not granted to any role.';
+comment on function keel.lock_task_to_recover(timestamptz, text, timestamptz, uuid) is
+'Locks the task of any tenant (of p_tenant when given) whose lease expired longest ago (lease_owner set, p_after <= lease_expires_at <= p_now), optionally of one workflow, skipping rows other transactions have locked; returns it, or a row of nulls when there is none. The cross-tenant part of keel.recover_stale_tasks, replaced on Citus; not granted to any role.';

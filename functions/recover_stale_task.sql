@@ -30,7 +30,11 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_had_context boolean := keel.current_tenant() is not null;
-    v_max integer := coalesce(p_max_attempts, keel.max_recovery_attempts());
+    -- Fewer recoveries than the setting may be asked for, never more (as in
+    -- keel.recover_stale_tasks).
+    v_max integer := least(
+        coalesce(p_max_attempts, keel.max_recovery_attempts()), keel.max_recovery_attempts()
+    );
     v_stale keel.tasks;
     v_task keel.tasks;
 begin

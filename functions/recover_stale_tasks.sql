@@ -45,7 +45,9 @@ begin
     if p_actor is not null and char_length(p_actor) not between 1 and 200 then
         raise exception using errcode = '22K01', message = 'actor must be 1 to 200 characters';
     end if;
-    v_max := coalesce(v_max, keel.max_recovery_attempts());
+    -- A caller may ask for fewer recoveries than the setting, never more: claims stop
+    -- offering a task at the setting, and no worker decides that for every tenant.
+    v_max := least(coalesce(v_max, keel.max_recovery_attempts()), keel.max_recovery_attempts());
     if v_max < 0 then
         raise exception using
             errcode = '22K01',
@@ -53,7 +55,7 @@ begin
     end if;
 
     while v_done < p_limit loop
-        v_stale := keel.lock_task_to_recover(v_now, p_workflow, v_after);
+        v_stale := keel.lock_task_to_recover(v_now, p_workflow, v_after, v_context);
         exit when v_stale.task_id is null;
         v_after := v_stale.lease_expires_at;
         -- The stale task's tenant becomes the context for its takeover.
@@ -83,4 +85,4 @@ end;
 $$;
 
 comment on function keel.recover_stale_tasks(integer, text, text, integer) is
-'The recoverer (G5): takes over up to p_limit tasks of any tenant whose lease expired unreleased, oldest expiry first, optionally of one workflow; rows locked by other transactions are skipped, so one tenant''s locks never stall another''s recovery. Each takeover increments the fencing token (the dead worker''s late writes get lease_lost) and the state_version, and writes one event: RECOVERED (outcome recovered: the task is unleased and due now, its state kept, recovery_attempts + 1) or, once recovery_attempts has reached p_max_attempts (default settings.max_recovery_attempts), RECOVERY_EXHAUSTED (outcome exhausted: the task enters settings.recovery_failed_state if its workflow version declares it, else keeps its state; unleased, never due). An unexpired lease is never touched. p_actor is stored as the events'' claimed_actor. Returns one row per task handled.';
+'The recoverer (G5): takes over up to p_limit tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow; rows locked by other transactions are skipped, so one tenant''s locks never stall another''s recovery. Each takeover increments the fencing token (the dead worker''s late writes get lease_lost) and the state_version, and writes one event: RECOVERED (outcome recovered: the task is unleased and due now, its state kept, recovery_attempts + 1) or, once recovery_attempts has reached p_max_attempts (settings.max_recovery_attempts when null or larger), RECOVERY_EXHAUSTED (outcome exhausted: the task enters settings.recovery_failed_state if its workflow version declares it, else keeps its state; unleased, never due). An unexpired lease is never touched. p_actor is stored as the events'' claimed_actor. Returns one row per task handled.';

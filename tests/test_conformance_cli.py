@@ -202,6 +202,30 @@ MUTATIONS = {
         "G1",
         "test_a_token_expiring_inside_an_open_transaction_stops_working_there",
     ),
+    "G5: recover_ignores_context, the recoverer takes other tenants' tasks in a context": (
+        "recover_stale_tasks.sql",
+        [
+            (
+                r"lock_task_to_recover\(v_now, p_workflow, v_after, v_context\)",
+                "lock_task_to_recover(v_now, p_workflow, v_after)",
+                1,
+            )
+        ],
+        "G5",
+        "test_a_transaction_acting_for_a_tenant_recovers_only_that_tenants_tasks",
+    ),
+    "G5: recover_max_raisable, a caller raises the maximum of recovery attempts": (
+        "recover_stale_tasks.sql",
+        [
+            (
+                r"v_max := least\(coalesce\(v_max, keel\.max_recovery_attempts\(\)\), ",
+                "v_max := coalesce(v_max, keel.max_recovery_attempts()) + 0 * least(0, ",
+                1,
+            )
+        ],
+        "G5",
+        "test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentkeel.client import Keel, Task
+from agentkeel.client import Keel, Task, set_tenant_context
 from agentkeel.errors import LeaseLost, StaleState, TaskNotClaimable
 from agentkeel.recover import Recovery, recover_once
 from agentkeel_conformance.connections import suite_connect
@@ -293,3 +293,40 @@ def test_the_recoverer_never_revives_a_context_left_by_an_earlier_transaction(
         assert conn.execute("select keel.current_tenant()").fetchone() != (b,)
         assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
     conn.close()
+
+
+def test_a_transaction_acting_for_a_tenant_recovers_only_that_tenants_tasks(
+    keel, connect, make_tenant, wf
+):
+    """One transaction acts for one tenant: the recoverer in a transaction whose context
+    is tenant A leaves B's stale task alone, as a claim there would.
+    Mutation: recover_ignores_context."""
+    a, b = make_tenant(), make_tenant()
+    task_a, _ = stale_task(keel, a, wf)
+    task_b, _ = stale_task(keel, b, wf)
+    wait_past(SHORT)
+    conn = connect(role="keel_worker")
+    with conn.transaction():
+        set_tenant_context(conn, a)
+        rows = recover(conn, wf)
+    assert [(r.tenant_id, r.task_id) for r in rows] == [(a, task_a.task_id)]
+    untouched = keel.get_task(b, task_b.task_id)
+    assert untouched is not None and untouched.lease_owner == "doomed-worker"
+
+
+def test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts(keel, connect, tenant, wf):
+    """A caller may ask for fewer recoveries than settings.max_recovery_attempts, never
+    more: past the setting claims no longer offer the task, and one worker's argument must
+    not keep reviving a task that kills every worker taking it.
+    Mutation: recover_max_raisable."""
+    (limit,) = connect().execute("select keel.max_recovery_attempts()").fetchone()
+    task, _ = stale_task(keel, tenant, wf)
+    owner = connect(owner=True)
+    with in_tenant(owner, tenant):  # as if it had been recovered that often already
+        owner.execute(
+            "update keel.tasks set recovery_attempts = %s where tenant_id = %s and task_id = %s",
+            (limit, tenant, task.task_id),
+        )
+    wait_past(SHORT)
+    (row,) = recover(connect(role="keel_worker"), wf, max_attempts=limit + 100)
+    assert (row.task_id, row.outcome, row.recovery_attempts) == (task.task_id, "exhausted", limit)

@@ -1003,7 +1003,7 @@ def distribute(dsn: str | None, apply_: bool, shard_count: int | None) -> None:
     "--max-attempts",
     type=click.IntRange(min=0),
     default=None,
-    help="Recoveries before a task fails (default: settings.max_recovery_attempts).",
+    help="Recoveries before a task fails: settings.max_recovery_attempts, or fewer.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per task handled.")
 def recover(
