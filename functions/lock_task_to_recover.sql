@@ -1,5 +1,6 @@
 -- Leases with fencing (G5): the recoverer's one cross-tenant part.
 -- agentkeel:allow citus.tenant_filter (the one cross-tenant scan of the recoverer, replaced on Citus)
+-- agentkeel:allow citus.delegation (a cross-tenant scan, never delegated: p_tenant only narrows it; replaced on Citus)
 -- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this scan is replaced by the candidate scan of CITUS.md (b) 1)
 -- Like keel.claim_next_task: a single FOR UPDATE SKIP LOCKED over the leased rows, oldest
 -- expiry first. A row another transaction has locked is skipped, never waited on, so no

@@ -319,7 +319,7 @@ def test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts(keel, connect
     more: past the setting claims no longer offer the task, and one worker's argument must
     not keep reviving a task that kills every worker taking it.
     Mutation: recover_max_raisable."""
-    (limit,) = connect().execute("select keel.max_recovery_attempts()").fetchone()
+    (limit,) = connect(role="keel_worker").execute("select keel.max_recovery_attempts()").fetchone()
     task, _ = stale_task(keel, tenant, wf)
     owner = connect(owner=True)
     with in_tenant(owner, tenant):  # as if it had been recovered that often already
