@@ -362,7 +362,13 @@ MUTATIONS = {
     ),
     "G9: depth_unchecked, deep payloads reach the key walk": (
         "check_payload.sql",
-        [(r"if jsonb_path_exists\(", "if false and jsonb_path_exists(", 1)],
+        [
+            (
+                r"if jsonb_path_exists\(p_payload, format",
+                "if false and jsonb_path_exists(p_payload, format",
+                1,
+            )
+        ],
         "G9",
         "test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work",
     ),
