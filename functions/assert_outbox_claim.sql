@@ -20,9 +20,10 @@ begin
             message = format('outbox claim lost on message %s', p_message.message_id),
             detail = case
                 when p_claim_token is null then 'No claim token was presented.'
+                -- The current token is never shown: it is the claimer's credential.
                 when p_message.claim_token <> p_claim_token then format(
-                    'Token %s was presented; the current token is %s (the message was claimed again after the claim expired).',
-                    p_claim_token, p_message.claim_token
+                    'Token %s is not the current claim token (the message was claimed again after the claim expired, or the token was never this message''s).',
+                    p_claim_token
                 )
                 when p_message.state <> 'pending' then format(
                     'The message is %s.', p_message.state

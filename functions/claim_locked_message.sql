@@ -13,6 +13,13 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_message keel.outbox;
+    -- A new random token per claim (60 bits from PostgreSQL's cryptographic source), not
+    -- the previous one plus one: the token is the claimer's credential for ack, nack and
+    -- release, and another relay, which sees the message ids, must not guess it.
+    v_token bigint := (
+        'x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 12)
+        || substr(replace(gen_random_uuid()::text, '-', ''), 1, 3)
+    )::bit(60)::bigint;
 begin
     -- Locked already by the caller's claim scan: this re-read is the row as it is now.
     v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);
@@ -32,7 +39,7 @@ begin
     end if;
     update keel.outbox as o
     set
-        claim_token = o.claim_token + 1,
+        claim_token = v_token,
         claimed_by = p_relay,
         claimed_at = p_now,
         available_at = p_expires,
@@ -44,4 +51,4 @@ end;
 $$;
 
 comment on function keel.claim_locked_message(uuid, uuid, text, timestamptz, timestamptz) is
-'Grants a claim on an outbox row the caller has locked: next claim token, claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more attempt. A message whose attempts are all used goes dead instead, and null is returned. Not granted to any role.';
+'Grants a claim on an outbox row the caller has locked: a new random claim token, claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more attempt. A message whose attempts are all used goes dead instead, and null is returned. Not granted to any role.';

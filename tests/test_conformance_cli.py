@@ -226,6 +226,12 @@ MUTATIONS = {
         "G5",
         "test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts",
     ),
+    "G6: claim_token_sequential, the next claim token is the previous one plus one": (
+        "claim_locked_message.sql",
+        [(r"claim_token = v_token,", "claim_token = o.claim_token + 1,", 1)],
+        "G6",
+        "test_a_live_claim_cannot_be_guessed_by_another_relay",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

@@ -121,7 +121,7 @@ def test_an_expired_claim_is_taken_over_and_the_stale_token_changes_nothing(
     time.sleep(BLINK.total_seconds() * 3)
     [theirs] = second.claim_outbox("relay-2", 10, LONG, prefix)
     assert theirs.message_id == message_id
-    assert theirs.claim_token > mine.claim_token
+    assert theirs.claim_token != mine.claim_token
     before = row(keel.conn, tenant, message_id)
     with pytest.raises(OutboxClaimLost):
         if call == "ack":
@@ -208,7 +208,7 @@ def test_a_message_is_dead_after_max_attempts_then_replayed_under_the_same_id(
     assert (replayed.message_id, replayed.state, replayed.attempts) == (message_id, "pending", 0)
     again = r.claim_outbox("r", 10, LONG, prefix)
     assert [(m.message_id, m.payload) for m in again] == [(message_id, {"n": 1})]
-    assert again[0].claim_token > second.claim_token
+    assert again[0].claim_token != second.claim_token
 
 
 def test_a_relay_that_crashes_on_every_attempt_still_drives_the_message_dead(
@@ -255,7 +255,23 @@ def test_release_gives_the_claim_and_its_attempt_back(keel, tenant, workflow, re
     r.release_outbox(tenant, message_id, claimed.claim_token)
     [again] = r.claim_outbox("r", 1, LONG, prefix)
     assert again.message_id == message_id
-    assert again.attempts == 1 and again.claim_token == claimed.claim_token + 1
+    assert again.attempts == 1 and again.claim_token != claimed.claim_token
+
+
+def test_a_live_claim_cannot_be_guessed_by_another_relay(keel, tenant, workflow, relay, prefix):
+    """Claim tokens are random, not the previous one plus one, and a refusal never shows
+    the current one: another relay, which can see message ids, cannot ack, nack or
+    release a claim it does not hold (a sequential token was one guess away, and release
+    gave the attempt back).
+    Mutation: claim_token_sequential."""
+    [message_id] = write(keel, tenant, workflow, [{"topic": f"{prefix}t"}])
+    holder, other = relay(), relay()
+    [claimed] = holder.claim_outbox("holder", 1, LONG, prefix)
+    for guess in range(0, 64):
+        with pytest.raises(OutboxClaimLost) as info:
+            other.ack_outbox(tenant, message_id, guess)
+        assert str(claimed.claim_token) not in f"{info.value.message} {info.value.detail}"
+    holder.ack_outbox(tenant, message_id, claimed.claim_token)
 
 
 def test_per_key_ordering_holds_back_later_messages_of_a_key(
