@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -117,6 +118,40 @@ def psql_at_a_terminal(args: list[str], passwords: dict[str, str], timeout: floa
 
 def last_asked(seen: bytes) -> str:
     return re.findall(rb'Enter new password for user "([^"]+)"', seen)[-1].decode()
+
+
+def test_the_printed_script_stops_before_anything_when_psql_has_no_terminal(
+    admin_dsn, names, tmp_path
+):
+    """psql's \\password reads from /dev/tty, else from standard input: in a job or a
+    pipeline it read an empty line, cleared the password and exited 0. The script now
+    stops first, exit 3 even without -v ON_ERROR_STOP=1, and has created nothing."""
+    printed = run_agentkeel(
+        "bootstrap", "--database", names["db"], "--migrator", names["migrator"],
+        "--app-login", names["app"],
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    script = tmp_path / "bootstrap.sql"
+    script.write_text(printed.stdout)
+    for stdin in (subprocess.DEVNULL, None):  # no input at all; or the script itself
+        ran = subprocess.run(
+            ["psql", "-X", "-d", admin_dsn, *(["-f", str(script)] if stdin else [])],
+            input=None if stdin else printed.stdout,
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            start_new_session=True,  # no controlling terminal: /dev/tty cannot be opened
+            timeout=60,
+        )
+        assert ran.returncode == 3, ran.stdout + ran.stderr
+        assert "psql has no terminal for its \\password prompts" in ran.stderr
+        assert "--password-from-env" in ran.stderr
+        with psycopg.connect(admin_dsn) as conn:
+            made = conn.execute(
+                "select rolname from pg_roles where rolname = any(%s)",
+                ([names["migrator"], names["app"]],),
+            ).fetchall()
+        assert made == []
 
 
 def test_the_printed_script_runs_in_psql_and_the_suite_passes_as_its_application_logins(

@@ -147,6 +147,24 @@ end;
 $$;"""
 
 
+# psql's \\password reads the new password from /dev/tty, and without one from standard
+# input: run with no terminal (a pipeline, a job) it reads an empty line and clears the
+# password, exit 0. So the script stops first, before creating anything, when psql has no
+# terminal; ON_ERROR_STOP makes that stop an exit status (3) however psql was called.
+TERMINAL_GUARD = (
+    "\\set ON_ERROR_STOP on",
+    "\\set agentkeel_terminal `( : </dev/tty ) 2>/dev/null && echo on || echo off`",
+    "\\if :agentkeel_terminal",
+    "\\else",
+    "do $$ begin raise exception using"
+    " message = 'agentkeel bootstrap: psql has no terminal for its \\password prompts"
+    " (without one it would clear the passwords): nothing was run',"
+    " hint = 'Run the script from a terminal, or run agentkeel bootstrap --apply with"
+    " --password-from-env LOGIN=VAR for each login.'; end $$;",
+    "\\endif",
+)
+
+
 @dataclass(frozen=True)
 class Plan:
     """What bootstrap does: statements in order; `\\password` marks a prompted password."""
@@ -205,13 +223,14 @@ class Plan:
         head = [
             *where,
             "-- No password is in this file: psql prompts (\\password).",
+            "-- It stops before anything else when psql has no terminal to prompt on.",
             "--",
             f"-- The migrator {self.migrator}: LOGIN CREATEROLE and nothing else. CREATEROLE",
             "-- because every `agentkeel migrate up` re-applies policies/, which creates the",
             "-- NOLOGIN keel_* group roles if missing, grants keel_owner and sets role settings",
             "-- (alter role keel_* set ...): only CREATEROLE (16+: with ADMIN OPTION) may.",
         ]
-        body = [stmts[0], f"\\password {_ident(self.migrator)}", ""]
+        body = [*TERMINAL_GUARD, "", stmts[0], f"\\password {_ident(self.migrator)}", ""]
         body += [
             "-- The group roles logins join (policies/01_roles.sql creates them too, if",
             "-- missing); on 16+ the migrator gets ADMIN OPTION on them, not membership.",
