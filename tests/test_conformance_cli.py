@@ -29,6 +29,7 @@ KEEL_TABLES = (
     "tenant_data_keys",
     "sessions",
     "session_updates",
+    "tenant_token_keys",
     "workflows",
     "workflow_transitions",
     "workflow_states",
@@ -76,6 +77,20 @@ def test_the_suite_passes_on_a_migrated_database_and_leaves_nothing_behind(migra
         assert leftover.fetchone() == (0,), "login roles were left behind"
     properties = ET.parse(junit).getroot().findall(".//property[@name='guarantee']")
     assert {p.get("value") for p in properties} >= {"G2", "G3", "G5"}
+
+
+def test_the_suite_keeps_the_signing_keys_the_database_had(migrated_db):
+    """A database with an active signing key keeps exactly its keys: the suite's mints use
+    it, and nothing is deleted (the test above: with none, the suite's own key goes)."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        version = conn.execute("select keel.rotate_tenant_token_key()").fetchone()[0]
+        keys = conn.execute("select * from keel.tenant_token_keys order by 1").fetchall()
+    result = run_agentkeel("conformance", "--dsn", migrated_db, "-q", "-k", "expired_token")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "1 passed" in result.stdout
+    with psycopg.connect(migrated_db) as conn:
+        assert conn.execute("select * from keel.tenant_token_keys order by 1").fetchall() == keys
+        assert [k[0] for k in keys] == [version]
 
 
 def test_the_callers_pytest_configuration_does_not_leak_in(migrated_db, tmp_path):

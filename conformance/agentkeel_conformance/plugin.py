@@ -19,6 +19,7 @@ from agentkeel.preflight import probe_suite_database
 from agentkeel.suite_options import SUITE_OPTIONS
 from agentkeel_conformance.connections import NO_PREPARE_ENV
 from agentkeel_conformance.guarantees import GUARANTEES
+from agentkeel_conformance.signing_keys import SigningKeyCleanup
 
 # The suite's fixtures, registered the pytest way.
 pytest_plugins = ["agentkeel_conformance.fixtures"]
@@ -45,6 +46,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(
             GuaranteeReport(selected_guarantees(config)), "agentkeel-guarantee-report"
         )
+        # A database the suite did not make (not the embedded cluster, not a container,
+        # which are thrown away) and may write to: the signing key of its first mint.
+        dsn = config.getoption("--keel-dsn", None) or os.environ.get("AGENTKEEL_DSN")
+        if (
+            dsn
+            and not config.getoption("--keel-read-only", False)
+            and not config.getoption("--keel-testcontainers", None)
+        ):
+            owner = (
+                config.getoption("--keel-owner-dsn", None)
+                or os.environ.get("AGENTKEEL_OWNER_DSN")
+                or dsn
+            )
+            config.pluginmanager.register(SigningKeyCleanup(owner), "agentkeel-signing-key-cleanup")
 
 
 def selected_guarantees(config: pytest.Config) -> frozenset[str] | None:
