@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -12,10 +13,10 @@ import pytest
 from psycopg import sql
 
 from agentkeel.exitcodes import ExitCode
-from agentkeel.migrate import LOCK_KEY, SourceError, load_sources, migrate_up
+from agentkeel.migrate import LOCK_KEY, MARKER, SourceError, load_sources, migrate_up
 from agentkeel.sql_files import sql_root
 from catalog import differences, snapshot
-from conftest import AGENTKEEL, run_agentkeel
+from conftest import AGENTKEEL, run_agentkeel, temporary_login
 
 
 def history(dsn: str) -> dict[str, str]:
@@ -118,6 +119,69 @@ def test_a_held_migration_lock_times_out_with_a_clear_message(db):
     assert result.returncode == 4
     assert f"waiting for another migrator (backend pid {pid})" in result.stderr
     assert "nothing was applied" in result.stderr
+
+
+def test_an_application_login_cannot_hold_the_migrators_off(migrated_db, sql_tree):
+    """Migrators used to serialize on an advisory lock, which any role may take on any key:
+    an agent holding that key blocked every `migrate up`. Now they lock
+    keel.migration_history, which no application role may lock, and ignore the key and the
+    no-transaction marker when a role outside keel_owner holds them."""
+    (sql_tree / "schema" / "9001_notes.sql").write_text("create table keel.notes (id int);\n")
+    with (
+        temporary_login(migrated_db, "keel_agent") as agent_dsn,
+        psycopg.connect(agent_dsn, autocommit=True) as agent,
+    ):
+        agent.execute("select pg_advisory_lock(%s)", (LOCK_KEY,))
+        agent.execute("select set_config('application_name', %s, false)", (MARKER,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), agent.transaction():
+            agent.execute("lock table keel.migration_history in share update exclusive mode")
+        result = run_agentkeel(
+            "migrate", "up", "--dsn", migrated_db, "--sql-dir", str(sql_tree), "--lock-wait", "2"
+        )
+        assert result.returncode == 0, result.stderr
+        assert "applied schema/9001_notes.sql" in result.stdout
+        assert "waiting" not in result.stderr
+
+
+def test_a_migrator_running_no_transaction_files_keeps_the_next_one_out(migrated_db, sql_tree):
+    """While one migrator runs a no-transaction file (here held on a lock this test
+    holds), the table lock is free; its marker keeps a second migrator waiting."""
+    (sql_tree / "schema" / "9010_held.sql").write_text(
+        "-- agentkeel:no-transaction\n"
+        "select pg_advisory_lock(4242);\n"
+        "select pg_advisory_unlock(4242);\n"
+    )
+    args = ("--dsn", migrated_db, "--sql-dir", str(sql_tree))
+    with psycopg.connect(migrated_db, autocommit=True) as holder:
+        holder.execute("select pg_advisory_lock(4242)")
+        first = subprocess.Popen(
+            [*AGENTKEEL, "migrate", "up", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            pid = None
+            deadline = time.monotonic() + 120
+            while pid is None and first.poll() is None and time.monotonic() < deadline:
+                row = holder.execute(
+                    "select pid from pg_stat_activity where application_name = %s"
+                    " and wait_event_type = 'Lock' and datname = current_database()",
+                    (MARKER,),
+                ).fetchone()
+                pid = row[0] if row else None
+                time.sleep(0.1)
+            assert pid is not None, "the first migrator never waited in its no-transaction file"
+            second = run_agentkeel("migrate", "up", *args, "--lock-wait", "1")
+            assert second.returncode == 4, second.stdout + second.stderr
+            assert f"another migrator (backend pid {pid})" in second.stderr
+            assert "nothing was applied" in second.stderr
+        finally:
+            holder.execute("select pg_advisory_unlock(4242)")
+            out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert "applied schema/9010_held.sql" in out
+    assert run_agentkeel("migrate", "up", *args).stdout.strip().endswith("up to date")
 
 
 def test_lock_timeout_stops_a_migration_that_would_queue_behind_a_lock(migrated_db, sql_tree):

@@ -4,11 +4,12 @@ policies/ files (ownership, grants, row-level security) also run again whenever 
 else is applied, because they are derived from what the other files create.
 
 A history table with sha256 checksums records what was applied. One `up` is all or
-nothing: every file runs in one transaction, under a transaction-level advisory lock
-(taken by polling, released at commit or rollback, so it also serializes migrators
-through a transaction pooler). Files marked `-- agentkeel:no-transaction` run after that
-transaction commits, one statement at a time, followed by policies/ again in a last
-transaction; they need a direct connection (the migrator holds a session lock for them).
+nothing: every file runs in one transaction, under a lock on keel.migration_history that
+no application role can take (polled, released at commit or rollback, so it also
+serializes migrators through a transaction pooler). Files marked
+`-- agentkeel:no-transaction` run after that transaction commits, one statement at a time,
+followed by policies/ again in a last transaction; they need a direct connection, whose
+application_name tells other migrators to wait meanwhile.
 Everything `up` runs comes from `migration_phases`, which `plan` prints. An applied
 versioned file whose checksum changed (drift), a database that knows migrations this
 code does not, or a foreign `keel` schema is refused before anything runs.
@@ -395,20 +396,110 @@ def plan_for(conn: psycopg.Connection, root: Path) -> Plan:
 
 
 # -- the lock ---------------------------------------------------------------------
+#
+# Migrators serialize on something only they may lock: keel.migration_history, in SHARE
+# UPDATE EXCLUSIVE mode (self-conflicting; it does not conflict with the history inserts,
+# nor with readers). No application role has a privilege on that table, so none can take
+# or hold a lock on it; an advisory lock, which any role may take on any key, let an agent
+# block every `migrate up`. Before the first install the table does not exist: that one
+# run takes the transaction-level advisory lock instead.
+#
+# No-transaction files run after that transaction commits. While they run, the migrator's
+# backend carries MARKER as its application_name (set before the commit, so no other
+# migrator can get the lock and miss it); another migrator waits while a backend of a
+# keel_owner member (a migrator or a superuser) carries it, or holds the advisory key, as
+# migrators before this scheme did. A backend of any other role doing either is ignored.
 
+HISTORY_TABLE = "keel.migration_history"
+TABLE_LOCK = sql.SQL("lock table keel.migration_history in share update exclusive mode")
+TABLE_LOCK_NOWAIT = sql.SQL(
+    "lock table keel.migration_history in share update exclusive mode nowait"
+)
 XACT_LOCK = sql.SQL("select pg_catalog.pg_advisory_xact_lock({})").format(sql.Literal(LOCK_KEY))
-SESSION_LOCK = sql.SQL("select pg_catalog.pg_advisory_lock({})").format(sql.Literal(LOCK_KEY))
-SESSION_UNLOCK = sql.SQL("select pg_catalog.pg_advisory_unlock({})").format(sql.Literal(LOCK_KEY))
+MARKER = "agentkeel migrate: no-transaction files"
+SET_MARKER = sql.SQL("select pg_catalog.set_config('application_name', {}, false)").format(
+    sql.Literal(MARKER)
+)
+RESET_MARKER = sql.SQL("reset application_name")
+
+# Another migrator at work: a keel_owner member's backend in this database that carries
+# MARKER or holds the advisory key.
+OTHER_MIGRATOR = sql.SQL(
+    """select a.pid
+from pg_catalog.pg_stat_activity as a
+where a.datid = (select d.oid from pg_catalog.pg_database as d where d.datname = current_database())
+    and a.pid <> pg_catalog.pg_backend_pid()
+    and to_regrole('keel_owner') is not null
+    and pg_catalog.pg_has_role(a.usesysid, 'keel_owner', 'member')
+    and (
+        a.application_name = {marker}
+        or exists (
+            select 1 from pg_catalog.pg_locks as l
+            where l.pid = a.pid and l.locktype = 'advisory' and l.granted
+                and l.database = a.datid and l.classid::bigint = {high}
+                and l.objid::bigint = {low}
+        )
+    )
+order by a.pid
+limit 1"""
+).format(
+    marker=sql.Literal(MARKER),
+    high=sql.Literal(LOCK_KEY >> 32),
+    low=sql.Literal(LOCK_KEY & 0xFFFF_FFFF),
+)
+# The same check in a psql script: stop rather than run beside another migrator.
+REFUSE_OTHER_MIGRATOR = sql.SQL(
+    "do $$ begin if exists ({query}) then raise exception using errcode = '55P03',"
+    " message = 'another agentkeel migrator is at work in this database: nothing was run';"
+    " end if; end $$"
+).format(query=OTHER_MIGRATOR)
 
 
-def _lock_holder(conn: psycopg.Connection) -> int | None:
-    row = conn.execute(
-        "select pid from pg_locks where locktype = 'advisory' and granted"
-        " and database = (select oid from pg_database where datname = current_database())"
-        " and classid::bigint = %s and objid::bigint = %s and pid <> pg_backend_pid() limit 1",
-        (LOCK_KEY >> 32, LOCK_KEY & 0xFFFF_FFFF),
-    ).fetchone()
-    return row[0] if row else None
+def _first(conn: psycopg.Connection, query: sql.SQL | sql.Composed) -> int | None:
+    row = conn.execute(query).fetchone()
+    return int(row[0]) if row else None
+
+
+def _table_holder(conn: psycopg.Connection) -> int | None:
+    return _first(
+        conn,
+        sql.SQL(
+            "select l.pid from pg_catalog.pg_locks as l where l.granted"
+            " and l.relation = to_regclass({}) and l.mode = 'ShareUpdateExclusiveLock'"
+            " and l.pid <> pg_catalog.pg_backend_pid() limit 1"
+        ).format(sql.Literal(HISTORY_TABLE)),
+    )
+
+
+def _advisory_holder(conn: psycopg.Connection) -> int | None:
+    return _first(
+        conn,
+        sql.SQL(
+            "select pid from pg_locks where locktype = 'advisory' and granted"
+            " and database = (select oid from pg_database where datname = current_database())"
+            " and classid::bigint = {} and objid::bigint = {}"
+            " and pid <> pg_backend_pid() limit 1"
+        ).format(sql.Literal(LOCK_KEY >> 32), sql.Literal(LOCK_KEY & 0xFFFF_FFFF)),
+    )
+
+
+def _try_lock(conn: psycopg.Connection) -> tuple[bool, int | None]:
+    """One attempt, in the caller's transaction: (acquired, the backend pid in the way)."""
+    row = conn.execute("select to_regclass(%s) is not null", (HISTORY_TABLE,)).fetchone()
+    if row and row[0]:
+        try:
+            with conn.transaction():  # a savepoint: a refused NOWAIT leaves ours usable
+                conn.execute(TABLE_LOCK_NOWAIT)
+        except psycopg.errors.LockNotAvailable:
+            return False, _table_holder(conn)
+    else:
+        row = conn.execute(
+            "select pg_catalog.pg_try_advisory_xact_lock(%s)", (LOCK_KEY,)
+        ).fetchone()
+        if not (row and row[0]):
+            return False, _advisory_holder(conn)
+    other = _first(conn, OTHER_MIGRATOR)
+    return other is None, other
 
 
 @contextmanager
@@ -418,23 +509,21 @@ def locked_transaction(
     on_wait: Callable[[int | None], None] | None = None,
     poll_seconds: float = 0.25,
 ) -> Iterator[None]:
-    """A transaction holding the migrators' transaction-level advisory lock.
+    """A transaction holding the migrators' lock (see above), exclusive of every other
+    migrator, also of one still running no-transaction files.
 
-    Polls pg_try_advisory_xact_lock, one short transaction per attempt, until wait_seconds.
-    The lock ends with the transaction (commit or rollback), so no session state is left
-    behind, also on a pooled backend. conn is in autocommit mode.
+    Polls, one short transaction per attempt, until wait_seconds. The lock ends with the
+    transaction (commit or rollback), so nothing is left held, also on a pooled backend.
+    conn is in autocommit mode.
     """
     deadline = time.monotonic() + wait_seconds
     told = False
     while True:
         with conn.transaction():
-            row = conn.execute(
-                "select pg_catalog.pg_try_advisory_xact_lock(%s)", (LOCK_KEY,)
-            ).fetchone()
-            if row and row[0]:
+            acquired, holder = _try_lock(conn)
+            if acquired:
                 yield
                 return
-            holder = _lock_holder(conn)
         if not told and on_wait is not None:
             on_wait(holder)
             told = True
@@ -591,14 +680,14 @@ def migrate_up(
     on_wait: Callable[[int | None], None] | None = None,
     on_applied: Callable[[MigrationFile, int], None] | None = None,
 ) -> list[MigrationFile]:
-    """Apply everything pending under the advisory lock; returns what was applied."""
+    """Apply everything pending under the migrators' lock; returns what was applied."""
     if not conn.autocommit:
         raise ValueError("migrate_up needs a connection in autocommit mode")
     sources = load_sources(root)
     # Through a pooler, a server-side prepared statement may be missing on the next backend.
     prepare_threshold = conn.prepare_threshold
     conn.prepare_threshold = None
-    session_locked = False
+    marked = False
     applied: list[MigrationFile] = []
     timings: list[tuple[MigrationFile, int]] = []
     started = time.monotonic()
@@ -629,10 +718,11 @@ def migrate_up(
             if not phases:
                 return []
             if len(phases) > 1:
-                # No-transaction files run after this transaction: a session lock (the
-                # planner refused a pooled connection) keeps other migrators out until then.
-                conn.execute(SESSION_LOCK)
-                session_locked = True
+                # No-transaction files run after this transaction: the marker (a direct
+                # connection: the planner refused a pooled one) keeps other migrators out
+                # until they are done. Set now, before the commit lets anyone in.
+                conn.execute(SET_MARKER)
+                marked = True
             started = time.monotonic()
             _run_steps(conn, phases[0], done)
         report()
@@ -647,8 +737,8 @@ def migrate_up(
         return applied
     finally:
         timings.clear()
-        if session_locked and not conn.closed:
-            conn.execute(SESSION_UNLOCK)
+        if marked and not conn.closed and not conn.broken:
+            conn.execute(RESET_MARKER)
         conn.prepare_threshold = prepare_threshold
 
 
@@ -656,9 +746,11 @@ def plan_sql(todo: list[MigrationFile], lock_timeout: str, conn: psycopg.Connect
     """The SQL `up` would run, as a psql-ready script a DBA can review or run by hand.
 
     The statements are `migration_phases`, rendered by psycopg as `up` sends them; only
-    the lock differs: `up` polls pg_try_advisory_xact_lock under --lock-wait, the script
-    waits in pg_advisory_xact_lock.
+    the lock differs: `up` polls its lock under --lock-wait, the script waits for it, then
+    stops if another migrator is still running no-transaction files.
     """
+    row = conn.execute("select to_regclass(%s) is not null", (HISTORY_TABLE,)).fetchone()
+    lock = TABLE_LOCK if row and row[0] else XACT_LOCK
     phases = migration_phases(todo, lock_timeout)
     out = [f"-- agentkeel {__version__}: pending migrations", ""]
     for index, phase in enumerate(phases):
@@ -666,9 +758,10 @@ def plan_sql(todo: list[MigrationFile], lock_timeout: str, conn: psycopg.Connect
         if phase.transactional:
             out.append("begin;")
         if index == 0:
-            out.append(f"{XACT_LOCK.as_string(conn)};")
+            out.append(f"{lock.as_string(conn)};")
+            out.append(f"{REFUSE_OTHER_MIGRATOR.as_string(conn)};")
             if len(phases) > 1:
-                out.append(f"{SESSION_LOCK.as_string(conn)};")
+                out.append(f"{SET_MARKER.as_string(conn)};")
         current: MigrationFile | None = None
         for step in phase.steps:
             if step.file is not None and step.file is not current:
@@ -679,5 +772,5 @@ def plan_sql(todo: list[MigrationFile], lock_timeout: str, conn: psycopg.Connect
             out.append("commit;")
         out.append("")
     if len(phases) > 1:
-        out.append(f"{SESSION_UNLOCK.as_string(conn)};")
+        out.append(f"{RESET_MARKER.as_string(conn)};")
     return "\n".join(out)
