@@ -5,7 +5,7 @@ declare
 begin
     foreach v_role in array array[
         'keel_owner', 'keel_migrator', 'keel_app', 'keel_worker', 'keel_relay', 'keel_agent',
-        'keel_auditor'
+        'keel_auditor', 'keel_watchdog'
     ] loop
         if not exists (select from pg_catalog.pg_roles as r where r.rolname = v_role) then
             execute format('create role %I nologin', v_role);
@@ -31,3 +31,5 @@ comment on role keel_relay is 'agentkeel: claims, acks and nacks outbox rows onl
 comment on role keel_agent is
 'agentkeel: untrusted generated SQL; its tenant only, through a signed token (set_config(''keel.tenant_token'', $1, true), then keel.bind_tenant_context()).';
 comment on role keel_auditor is 'agentkeel: reads task events of every tenant.';
+comment on role keel_watchdog is
+'agentkeel: runs keel.watchdog, which ends agent and worker backends past the caps in keel.settings. Its logins also need pg_read_all_stats and pg_signal_backend (agentkeel bootstrap --watchdog-login grants them).';

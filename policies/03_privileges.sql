@@ -5,7 +5,8 @@ revoke all on all tables in schema keel from public;
 revoke all on all sequences in schema keel from public;
 revoke all on all functions in schema keel from public;
 
-grant usage on schema keel to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor;
+grant usage on schema keel
+to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor, keel_watchdog;
 
 -- Reads. Rows are filtered by the tenant_isolation policies.
 grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox,
@@ -148,3 +149,9 @@ keel.invalidate_checkpoint(uuid, uuid, bigint),
 keel.tenant_data_key(uuid, integer),
 keel.add_tenant_data_key(uuid, bytea, text)
 to keel_app, keel_worker, keel_agent;
+
+-- Limits enforced from outside an agent's session (G7): the watchdog ends agent and worker
+-- backends past the caps; `agentkeel check` reads the caps as whichever trusted role runs it.
+grant execute on function keel.watchdog(boolean) to keel_watchdog;
+grant execute on function keel.watchdog_caps()
+to keel_app, keel_worker, keel_auditor, keel_watchdog;

@@ -27,13 +27,13 @@ pytestmark = pytest.mark.slow
 def names(admin_dsn: str) -> Iterator[dict[str, str]]:
     """Unique names (roles are cluster-wide); everything is dropped afterwards."""
     tag = uuid.uuid4().hex[:8]
-    made = {k: f"akb_{k}_{tag}" for k in ("db", "migrator", "app", "worker", "agent")}
+    made = {k: f"akb_{k}_{tag}" for k in ("db", "migrator", "app", "worker", "agent", "watchdog")}
     yield made
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(made["db"]))
         )
-        for key in ("app", "worker", "agent", "migrator"):
+        for key in ("app", "worker", "agent", "watchdog", "migrator"):
             conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(made[key])))
 
 
@@ -54,7 +54,7 @@ def test_bootstrap_creates_a_least_privilege_migrator_that_installs_agentkeel(ad
         "bootstrap", "--apply", "--dsn", admin_dsn,
         "--database", names["db"], "--migrator", names["migrator"],
         "--app-login", names["app"], "--worker-login", names["worker"],
-        "--agent-login", names["agent"],
+        "--agent-login", names["agent"], "--watchdog-login", names["watchdog"],
     )  # fmt: skip
     assert applied.returncode == 0, applied.stderr
 
@@ -78,6 +78,10 @@ def test_bootstrap_creates_a_least_privilege_migrator_that_installs_agentkeel(ad
             ).fetchall()
         )
     assert "statement_timeout=30s" in settings
+    # The watchdog login sees and may end agent and worker backends: it runs as is.
+    watched = run_agentkeel("watchdog", "--dsn", dsn(names["watchdog"]))
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout.strip() == "0 backend(s) ended"
 
 
 def psql_at_a_terminal(args: list[str], passwords: dict[str, str], timeout: float = 60) -> str:

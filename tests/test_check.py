@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg import conninfo
 
 from agentkeel.check import CHECKS_DIR, RuleError, rule_files, rule_guarantee, rule_needs, run_rule
 from agentkeel.exitcodes import ExitCode
@@ -190,6 +191,35 @@ def test_login_members_without_timeouts_are_reported(owner, migrated_db):
         owner.execute("drop role ak_agent_login")
     assert {f["object"] for f in found} == {"ak_agent_login"}
     assert after == []
+
+
+def test_role_timeouts_above_the_watchdog_caps_are_reported(owner, migrated_db):
+    """An agent may raise its own login's defaults (ALTER ROLE on itself): main accepted any
+    non-zero value, so `statement_timeout = '1d'` passed the check."""
+    owner.execute("create role ak_raised_agent login in role keel_agent")
+    try:
+        owner.execute("alter role ak_raised_agent set statement_timeout = '5s'")
+        owner.execute("alter role ak_raised_agent set idle_in_transaction_session_timeout = 10000")
+        within = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
+        agent = conninfo.make_conninfo(migrated_db, user="ak_raised_agent")
+        with psycopg.connect(agent, autocommit=True) as conn:
+            conn.execute("alter role ak_raised_agent set statement_timeout = '1d'")
+        raised = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
+        owner.execute(
+            "update keel.settings set value = '86400' where setting = 'agent_max_statement_seconds'"
+        )
+        cap_raised = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
+    finally:
+        owner.execute("drop role ak_raised_agent")
+    assert within == []
+    assert [(f["object"], f["problem"]) for f in raised] == [
+        (
+            "ak_raised_agent",
+            "statement_timeout = 1d exceeds the watchdog's cap of 00:00:30"
+            " (keel.watchdog_caps; 0 is no limit)",
+        )
+    ]
+    assert cap_raised == []
 
 
 def test_junit_output_has_one_case_per_rule_and_fails_the_broken_one(owner, migrated_db, tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -380,6 +381,61 @@ def test_the_recoverer_takes_over_an_expired_lease(cluster):
     recovered = app.get_task(cluster.a, task.task_id)
     assert recovered is not None and recovered.lease_owner is None
     assert [e.event_type for e in app.task_events(cluster.a, task.task_id)][-1] == "RECOVERED"
+
+
+def test_the_watchdog_ends_an_agent_that_lifted_its_limits_on_every_node(cluster):
+    """`agentkeel watchdog` against the coordinator ends an agent's backend there that sits
+    in a transaction past its cap (with its own timeouts at 0), and so the connections
+    that backend opened to the workers for its delegated call."""
+    token = cluster.keel("keel_app").mint_tenant_token(cluster.a)
+    agent_login = conninfo.conninfo_to_dict(cluster.agent2)["user"]
+    watchdog, watchdog_dsn = _login(cluster.admin, "keel_watchdog")
+    with psycopg.connect(cluster.admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("grant pg_read_all_stats, pg_signal_backend to {}").format(
+                sql.Identifier(watchdog)
+            )
+        )
+        conn.execute(
+            "update keel.settings set value = '1'"
+            " where setting = 'agent_max_idle_in_transaction_seconds'"
+        )
+    idle_on_workers = (
+        "select count(*) from pg_stat_activity"
+        f" where usename = '{agent_login}' and state like 'idle in transaction%'"
+    )
+    try:
+        agent = psycopg.connect(cluster.agent2, autocommit=True)
+        for setting in ("statement_timeout", "idle_in_transaction_session_timeout"):
+            agent.execute(sql.SQL("set {} = 0").format(sql.Identifier(setting)))
+        agent.execute("begin")
+        set_tenant_token(agent, token)
+        assert agent.execute("select * from keel.list_tasks(%s)", (cluster.a,)).fetchall()
+        pid = agent.info.backend_pid
+        assert "1" in _workers(cluster, idle_on_workers)  # its delegated call's connection
+        deadline = time.monotonic() + 120
+        ended: list[dict[str, object]] = []
+        while not ended:
+            assert time.monotonic() < deadline, "the watchdog never ended the agent"
+            result = run_agentkeel("watchdog", "--dsn", watchdog_dsn, "--json")
+            assert result.returncode == 0, result.stderr
+            ended = [r for r in map(json.loads, result.stdout.splitlines()) if r["pid"] == pid]
+            time.sleep(0.2)
+        assert ended[0]["terminated"] is True
+        assert ended[0]["login"] == agent_login
+        with pytest.raises(psycopg.OperationalError):
+            agent.execute("select 1")
+        while set(_workers(cluster, idle_on_workers)) != {"0"}:
+            assert time.monotonic() < deadline, "a worker kept the agent's transaction"
+            time.sleep(0.2)
+    finally:
+        agent.close()
+        with psycopg.connect(cluster.admin, autocommit=True) as conn:
+            conn.execute(
+                "update keel.settings set value = '30'"
+                " where setting = 'agent_max_idle_in_transaction_seconds'"
+            )
+        citus_cluster.drop_roles(cluster.admin, [watchdog])
 
 
 def test_the_client_refuses_a_missing_tenant_before_sending(cluster):

@@ -1,6 +1,7 @@
 """The DBA's first step (`agentkeel bootstrap`): a psql script that creates the migrator
 login, the database it owns and, optionally, application logins in keel_app, keel_worker
-and keel_agent with the role settings policies/06_role_settings.sql gives those groups.
+and keel_agent with the role settings policies/06_role_settings.sql gives those groups,
+and watchdog logins (keel_watchdog, with pg_read_all_stats and pg_signal_backend).
 
 Least privilege for the migrator: LOGIN CREATEROLE, nothing else (no SUPERUSER, CREATEDB,
 REPLICATION or BYPASSRLS). CREATEROLE cannot be avoided by pre-creating the group roles:
@@ -34,7 +35,12 @@ LOGIN_GROUPS = {
     "keel_app": "trusted server code: the function API for the tenant in its context",
     "keel_worker": "claims work across tenants, then acts within the claimed tenant",
     "keel_agent": "untrusted generated SQL: approved functions only, its signed tenant only",
+    "keel_watchdog": "ends agent and worker backends past the caps (`agentkeel watchdog`)",
 }
+# What a watchdog login needs beyond its group: to see other logins' backend times and to
+# end their backends. Granted to the login, never to the keel_watchdog group, which every
+# agentkeel database on the server shares.
+WATCHDOG_PREDEFINED = ("pg_read_all_stats", "pg_signal_backend")
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,8 @@ def login_statements(login: Login, settings: list[RoleSetting]) -> list[str]:
     """Create one application login in its group, with the group's role settings copied."""
     name = _ident(login.name)
     stmts = [f"create role {name} login in role {_ident(login.group)};"]
+    if login.group == "keel_watchdog":
+        stmts.append(f"grant {', '.join(WATCHDOG_PREDEFINED)} to {name};")
     for s in settings:
         if s.role != login.group:
             continue
@@ -247,9 +255,11 @@ class Plan:
             *stmts[3:6],
             "",
             "-- Application logins, one per program (`agentkeel bootstrap --app-login NAME`,",
-            "-- --worker-login, --agent-login). Role settings apply to the role a session logs",
-            "-- in as, not to its groups: each login gets a copy of its group's settings from",
-            "-- policies/06_role_settings.sql (override as needed).",
+            "-- --worker-login, --agent-login, --watchdog-login). Role settings apply to the",
+            "-- role a session logs in as, not to its groups: each login gets a copy of its",
+            "-- group's settings from policies/06_role_settings.sql (override as needed, up",
+            "-- to the caps `agentkeel check` reads from keel.settings). They are defaults a",
+            "-- session may lift: `agentkeel watchdog` ends backends past the caps.",
         ]
         for login in self.logins:
             body += [f"-- {login.name}: {login.group}, {LOGIN_GROUPS[login.group]}"]

@@ -873,6 +873,13 @@ def relay_status(dsn: str | None, as_json: bool) -> None:
     "--agent-login", "agent_logins", multiple=True, metavar="NAME", help="keel_agent login."
 )
 @click.option(
+    "--watchdog-login",
+    "watchdog_logins",
+    multiple=True,
+    metavar="NAME",
+    help="keel_watchdog login (also pg_read_all_stats, pg_signal_backend).",
+)
+@click.option(
     "--password-from-env",
     "password_envs",
     multiple=True,
@@ -889,17 +896,20 @@ def bootstrap(
     app_logins: tuple[str, ...],
     worker_logins: tuple[str, ...],
     agent_logins: tuple[str, ...],
+    watchdog_logins: tuple[str, ...],
     password_envs: tuple[str, ...],
 ) -> None:
     """Print the psql script that creates the migrator login (LOGIN CREATEROLE), the
-    database it owns, and application logins in keel_app / keel_worker / keel_agent with
-    their group's role settings; --apply --dsn runs it. Roles are cluster-wide."""
+    database it owns, application logins in keel_app / keel_worker / keel_agent with
+    their group's role settings, and watchdog logins; --apply --dsn runs it. Roles are
+    cluster-wide."""
     logins = [
         Login(name, group)
         for group, names in (
             ("keel_app", app_logins),
             ("keel_worker", worker_logins),
             ("keel_agent", agent_logins),
+            ("keel_watchdog", watchdog_logins),
         )
         for name in names
     ]
@@ -1048,6 +1058,55 @@ def recover(
                         break
                 if not as_json and (interval is None or handled):
                     out.print(f"{handled} stale task(s) handled", markup=False)
+                sys.stdout.flush()
+                if interval is None:
+                    return
+                time.sleep(interval)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- watchdog -----------------------------------------------------------------
+
+
+@main.command(short_help="End agent and worker backends past the caps (the watchdog).")
+@dsn_option
+@click.option("--once", is_flag=True, help="Check now, then exit (the default).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    metavar="S",
+    help="Run every S seconds until interrupted.",
+)
+@click.option("--dry-run", is_flag=True, help="Report the backends past a cap; end none.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per backend.")
+def watchdog(
+    dsn: str | None, once: bool, interval: float | None, dry_run: bool, as_json: bool
+) -> None:
+    """End every backend of a keel_agent or keel_worker member in this database whose
+    statement, open transaction or idle time inside a transaction is past its cap in
+    keel.settings, whatever the session set (role settings are only defaults). Needs a
+    login in keel_watchdog with pg_read_all_stats and pg_signal_backend (bootstrap
+    --watchdog-login)."""
+    from agentkeel.watchdog import watch_once
+
+    if once and interval is not None:
+        fail("--once and --interval exclude each other", ExitCode.USAGE)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: like Ctrl-C
+    try:
+        with connect_dsn(require_dsn(dsn), application_name="agentkeel-watchdog") as conn:
+            require_schema(conn)
+            while True:
+                rows = watch_once(conn, terminate=not dry_run)
+                for row in rows:
+                    if as_json:
+                        click.echo(json.dumps(row.as_json()))
+                    else:
+                        out.print(row.describe(), markup=False)
+                if not as_json and (interval is None or rows):
+                    verb = "past a cap" if dry_run else "ended"
+                    out.print(f"{len(rows)} backend(s) {verb}", markup=False)
                 sys.stdout.flush()
                 if interval is None:
                     return

@@ -54,7 +54,14 @@ PUBLIC_FUNCTIONS = (
 )
 # The role that owns every keel object; it must not log in on a cluster.
 OWNER = "keel_owner"
-APPLICATION_ROLES = ("keel_app", "keel_worker", "keel_relay", "keel_agent", "keel_auditor")
+APPLICATION_ROLES = (
+    "keel_app",
+    "keel_worker",
+    "keel_relay",
+    "keel_agent",
+    "keel_auditor",
+    "keel_watchdog",
+)
 DISTRIBUTION_ARGUMENT = "p_tenant_id"
 COLOCATE_WITH = "keel.tenants"
 # The digest of the context keys on a node, to tell whether a worker's copy is current.

@@ -6,14 +6,19 @@ with app_roles as (
         r.rolname
     from pg_catalog.pg_roles as r
     where
-        r.rolname in ('keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor')
+        r.rolname in (
+            'keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor', 'keel_watchdog'
+        )
         or exists (
             select 1
             from pg_catalog.pg_auth_members as m
             inner join pg_catalog.pg_roles as g on m.roleid = g.oid
             where
                 m.member = r.oid
-                and g.rolname in ('keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor')
+                and g.rolname in (
+                    'keel_app', 'keel_worker', 'keel_relay', 'keel_agent', 'keel_auditor',
+                    'keel_watchdog'
+                )
         )
 ),
 

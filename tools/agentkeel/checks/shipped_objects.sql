@@ -94,6 +94,8 @@ with shipped (kind, identity) as (
     ('function', 'keel.uuid_v7()'),
     ('function', 'keel.verify_context_proof(text)'),
     ('function', 'keel.verify_tenant_token(text)'),
+    ('function', 'keel.watchdog(boolean)'),
+    ('function', 'keel.watchdog_caps()'),
     ('index', 'keel.checkpoint_payloads_pkey'),
     ('index', 'keel.checkpoints_pkey'),
     ('index', 'keel.checkpoints_task_seq_key'),
