@@ -35,7 +35,7 @@ begin
         ('42K06', 'tenant_context_mismatch',
          'The tenant argument differs from the tenant context of the transaction.'),
         ('42K07', 'invalid_tenant_token',
-         'The tenant token is malformed, expired, signed with an unknown or retired key, or its signature does not verify.'),
+         'The tenant token is malformed, expired, signed with an unknown or retired key, or its signature does not verify (for a token bound to a login: in this login''s session).'),
         ('42K08', 'message_not_found',
          'No outbox message with that id exists in the tenant.'),
         ('42K10', 'step_not_found',

@@ -54,7 +54,7 @@ to keel_app, keel_worker, keel_auditor;
 grant execute on function
 keel.create_tenant(uuid, text),
 keel.define_workflow(text, integer, text, jsonb, text, text[]),
-keel.mint_tenant_token(uuid, interval),
+keel.mint_tenant_token(uuid, interval, text),
 keel.create_task(uuid, text, integer, uuid, timestamptz, jsonb, text, text, text),
 keel.claim_lease(uuid, uuid, text, interval)
 to keel_app;

@@ -43,6 +43,8 @@ def test_the_printed_script_holds_no_secret_and_copies_the_role_settings():
     assert "password '" not in printed.stdout
     assert '\\password "sandbox"' in printed.stdout
     assert "cluster-wide" in printed.stdout
+    # One agent cannot take every connection of the server.
+    assert 'create role "sandbox" login connection limit 20 in role "keel_agent";' in printed.stdout
     agent = [s for s in role_settings() if s.role == "keel_agent"]
     assert {s.name for s in agent} >= {"statement_timeout", "lock_timeout"}
     for s in agent:
@@ -67,6 +69,13 @@ def test_bootstrap_creates_a_least_privilege_migrator_that_installs_agentkeel(ad
             "select rolsuper, rolcreatedb, rolbypassrls, rolcreaterole from pg_roles"
             " where rolname = current_user"
         ).fetchone() == (False, False, False, True)
+        limits = dict(
+            conn.execute(
+                "select rolname, rolconnlimit from pg_roles where rolname = any(%s)",
+                ([names["agent"], names["app"]],),
+            ).fetchall()
+        )
+    assert limits == {names["agent"]: 20, names["app"]: -1}
     up = run_agentkeel("migrate", "up", "--dsn", migrator)
     assert up.returncode == 0, up.stderr
     with psycopg.connect(migrator) as conn:

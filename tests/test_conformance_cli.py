@@ -211,6 +211,12 @@ MUTATIONS = {
         "G9",
         "test_numbers_no_double_can_hold_are_refused",
     ),
+    "G1: token_login_unchecked, a token bound to a login verifies for any login": (
+        "verify_tenant_token.sql",
+        [(r"and (v_parts\[5\] <> encode\(convert_to\(session_user)", r"and false and \1", 1)],
+        "G1",
+        "test_a_token_bound_to_one_agent_login_is_refused_to_another",
+    ),
     "G1: expiry_at_transaction_start, a token is judged at the transaction's start": (
         "verify_tenant_token.sql",
         [(r"<= clock_timestamp\(\) then  -- at call time", "<= now() then", 1)],

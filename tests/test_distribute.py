@@ -66,7 +66,7 @@ def test_every_table_key_and_function_has_its_step(migrated_db):
             f"create_distributed_function('{function}'::regprocedure, 'p_tenant_id',"
             " colocate_with := 'keel.tenants', force_delegation := true);"
         ) in text
-    for helper in ("keel.mint_tenant_token(uuid,interval)", "keel.lock_task(uuid,uuid,text)"):
+    for helper in ("keel.mint_tenant_token(uuid,interval,text)", "keel.lock_task(uuid,uuid,text)"):
         assert f"create_distributed_function('{helper}'::regprocedure);" in text
     # Depends on the coordinator's keel.migration_history: Citus refuses to propagate it.
     assert "create_distributed_function('keel.applied_migrations()'" not in text

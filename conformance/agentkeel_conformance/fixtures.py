@@ -291,16 +291,17 @@ class LoginRole:
 
 
 @pytest.fixture(scope="session")
-def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginRole]]:
-    """Temporary LOGIN roles that are members of one keel role, dropped at the end.
+def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., LoginRole]]:
+    """Temporary LOGIN roles that are members of one keel role, dropped at the end; one per
+    keel role, or per (keel role, which) for a second login of the same role.
 
     Attacks must come from a real login: a superuser session that SET ROLEs could simply
     RESET ROLE. Needs a --dsn role that may create roles (superuser or CREATEROLE)."""
-    made: dict[str, LoginRole] = {}
+    made: dict[tuple[str, str], LoginRole] = {}
 
-    def _login_role(keel_role: str) -> LoginRole:
-        if keel_role in made:
-            return made[keel_role]
+    def _login_role(keel_role: str, which: str = "") -> LoginRole:
+        if (keel_role, which) in made:
+            return made[(keel_role, which)]
         name = f"{LOGIN_PREFIX}{keel_role.removeprefix('keel_')}_{uuid.uuid4().hex[:10]}"
         password = uuid.uuid4().hex
         with suite_connect(owner_dsn, autocommit=True) as conn:
@@ -329,7 +330,7 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[[str], LoginR
         role = LoginRole(
             name, keel_role, conninfo.make_conninfo(keel_dsn, user=name, password=password)
         )
-        made[keel_role] = role
+        made[(keel_role, which)] = role
         return role
 
     yield _login_role

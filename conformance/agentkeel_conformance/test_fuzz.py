@@ -194,7 +194,7 @@ FUNCTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "transitions": jsons,
         "description": texts,
     },
-    "mint_tenant_token": {"tenant_id": ids("tenant"), "ttl": intervals},
+    "mint_tenant_token": {"tenant_id": ids("tenant"), "ttl": intervals, "login": texts},
     "claim_next_task": {"owner": texts, "lease": intervals, "workflow": texts},
     "get_task": {"tenant_id": ids("tenant"), "task_id": ids("task")},
     "list_tasks": {

@@ -698,3 +698,31 @@ def test_token_lifetimes_are_checked_as_timestamps(world, app_keel):
     for ttl in ("1000 years -359999 days", "-1000 years 360001 days", "25 hours"):
         with pytest.raises(InvalidArgument), app_keel.transaction(world.a.tenant) as conn:
             conn.execute("select keel.mint_tenant_token(%s, %s::interval)", (world.a.tenant, ttl))
+
+
+def test_a_token_bound_to_one_agent_login_is_refused_to_another(world, app_keel, login_role):
+    """Every agent its own login: a token minted for one (p_login) is worth nothing to
+    another agent login that gets hold of it, even for the same tenant and inside its
+    validity; its own login uses it.
+    Mutation: token_login_unchecked."""
+    own = login_role("keel_agent")
+    other = login_role("keel_agent", "second")
+    token = app_keel.mint_tenant_token(world.a.tenant, login=own.name)
+    assert token.startswith("v2.")
+    mine = Keel(suite_connect(own.dsn, autocommit=True), token)
+    assert {t.tenant_id for t in mine.list_tasks(world.a.tenant)} == {world.a.tenant}
+    stolen = Keel(suite_connect(other.dsn, autocommit=True), token)
+    with pytest.raises(InvalidTenantToken, match="minted for another login"):
+        stolen.list_tasks(world.a.tenant)
+    # SET ROLE changes current_user, not the login a token is bound to.
+    with suite_connect(other.dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(sql.SQL("set role {}").format(sql.Identifier(own.name)))
+
+
+def test_a_token_is_bound_only_to_an_agent_login(world, app_keel, login_role):
+    """A login outside keel_agent, or no role at all, cannot be bound: the mint is refused
+    (22K01) and nothing is minted.
+    No mutation: a token bound to such a login is one no agent could use."""
+    for login in (login_role("keel_app").name, "no_such_login_" + uuid.uuid4().hex[:8]):
+        with pytest.raises(InvalidArgument, match="member of keel_agent"):
+            app_keel.mint_tenant_token(world.a.tenant, login=login)

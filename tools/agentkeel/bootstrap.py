@@ -37,6 +37,8 @@ LOGIN_GROUPS = {
     "keel_agent": "untrusted generated SQL: approved functions only, its signed tenant only",
     "keel_watchdog": "ends agent and worker backends past the caps (`agentkeel watchdog`)",
 }
+# The default CONNECTION LIMIT of an agent login (bootstrap --agent-connection-limit).
+AGENT_CONNECTION_LIMIT = 20
 # What a watchdog login needs beyond its group: to see other logins' backend times and to
 # end their backends. Granted to the login, never to the keel_watchdog group, which every
 # agentkeel database on the server shares.
@@ -101,6 +103,9 @@ def role_settings(root: Path | None = None) -> list[RoleSetting]:
 class Login:
     name: str
     group: str
+    # CONNECTION LIMIT: an agent login gets one (bootstrap --agent-connection-limit), so
+    # one agent cannot take every connection the server has.
+    connection_limit: int | None = None
 
 
 def _ident(name: str) -> str:
@@ -123,7 +128,8 @@ def _version_guarded(min_version: int, statement: str) -> str:
 def login_statements(login: Login, settings: list[RoleSetting]) -> list[str]:
     """Create one application login in its group, with the group's role settings copied."""
     name = _ident(login.name)
-    stmts = [f"create role {name} login in role {_ident(login.group)};"]
+    limit = "" if login.connection_limit is None else f" connection limit {login.connection_limit}"
+    stmts = [f"create role {name} login{limit} in role {_ident(login.group)};"]
     if login.group == "keel_watchdog":
         stmts.append(f"grant {', '.join(WATCHDOG_PREDEFINED)} to {name};")
     for s in settings:
@@ -269,7 +275,11 @@ class Plan:
         for group in LOGIN_GROUPS:
             if group in named:
                 continue
-            example = Login(f"my_{group.removeprefix('keel_')}_login", group)
+            example = Login(
+                f"my_{group.removeprefix('keel_')}_login",
+                group,
+                AGENT_CONNECTION_LIMIT if group == "keel_agent" else None,
+            )
             body += [f"-- Optional, {group}: {LOGIN_GROUPS[group]}"]
             for stmt in login_statements(example, settings):
                 body += ["-- " + line for line in stmt.splitlines()]

@@ -26,7 +26,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from agentkeel import __version__
-from agentkeel.bootstrap import Login
+from agentkeel.bootstrap import AGENT_CONNECTION_LIMIT, Login
 from agentkeel.bootstrap import Plan as BootstrapPlan
 from agentkeel.bootstrap import apply as apply_bootstrap
 from agentkeel.check import SchemaMissing, failing_findings, run_checks, to_json, to_junit
@@ -873,6 +873,14 @@ def relay_status(dsn: str | None, as_json: bool) -> None:
     "--agent-login", "agent_logins", multiple=True, metavar="NAME", help="keel_agent login."
 )
 @click.option(
+    "--agent-connection-limit",
+    type=click.IntRange(1, 10_000),
+    default=AGENT_CONNECTION_LIMIT,
+    show_default=True,
+    metavar="N",
+    help="CONNECTION LIMIT of each --agent-login.",
+)
+@click.option(
     "--watchdog-login",
     "watchdog_logins",
     multiple=True,
@@ -896,6 +904,7 @@ def bootstrap(
     app_logins: tuple[str, ...],
     worker_logins: tuple[str, ...],
     agent_logins: tuple[str, ...],
+    agent_connection_limit: int,
     watchdog_logins: tuple[str, ...],
     password_envs: tuple[str, ...],
 ) -> None:
@@ -904,7 +913,7 @@ def bootstrap(
     their group's role settings, and watchdog logins; --apply --dsn runs it. Roles are
     cluster-wide."""
     logins = [
-        Login(name, group)
+        Login(name, group, agent_connection_limit if group == "keel_agent" else None)
         for group, names in (
             ("keel_app", app_logins),
             ("keel_worker", worker_logins),

@@ -404,16 +404,16 @@ class Keel:
         tid = tenant_id or uuid.uuid4()
         return self._one("create_tenant", Tenant, tid, {"tenant_id": tid, "name": name})
 
-    def mint_tenant_token(self, tenant_id: uuid.UUID, ttl: timedelta | None = None) -> str:
-        """A signed token an agent session uses as its tenant context (G1)."""
+    def mint_tenant_token(
+        self, tenant_id: uuid.UUID, ttl: timedelta | None = None, login: str | None = None
+    ) -> str:
+        """A signed token an agent session uses as its tenant context (G1). With login (a
+        login in keel_agent), only that login's sessions can use it."""
         with self.call_in(tenant_id) as conn:
-            args: list[Any] = [tenant_id] if ttl is None else [tenant_id, ttl]
-            query = (
-                "select keel.mint_tenant_token(%s)"
-                if ttl is None
-                else ("select keel.mint_tenant_token(%s, %s)")
-            )
-            row = conn.execute(query, args).fetchone()
+            row = conn.execute(
+                "select keel.mint_tenant_token(%s, coalesce(%s, interval '15 minutes'), %s)",
+                (tenant_id, ttl, login),
+            ).fetchone()
         assert row is not None
         return str(row[0])
 

@@ -109,7 +109,7 @@ with shipped (kind, identity, grantee, privilege) as (
     ('function', 'keel.load_session(uuid,text)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.load_session(uuid,text)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.max_recovery_attempts()', 'keel_worker', 'EXECUTE'),
-    ('function', 'keel.mint_tenant_token(uuid,interval)', 'keel_app', 'EXECUTE'),
+    ('function', 'keel.mint_tenant_token(uuid,interval,text)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.nack_outbox(uuid,uuid,bigint,text,boolean)', 'keel_relay', 'EXECUTE'),
     ('function', 'keel.outbox_status()', 'keel_relay', 'EXECUTE'),
     ('function', 'keel.record_session_update(uuid,text,text,text,integer,jsonb,jsonb,text)', 'keel_agent', 'EXECUTE'),
