@@ -4,6 +4,7 @@ logins carry their group's role settings."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -23,18 +24,34 @@ from conftest import run_agentkeel
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def names(admin_dsn: str) -> Iterator[dict[str, str]]:
+@contextlib.contextmanager
+def unique_names(admin_dsn: str) -> Iterator[dict[str, str]]:
     """Unique names (roles are cluster-wide); everything is dropped afterwards."""
     tag = uuid.uuid4().hex[:8]
     made = {k: f"akb_{k}_{tag}" for k in ("db", "migrator", "app", "worker", "agent", "watchdog")}
-    yield made
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(made["db"]))
-        )
-        for key in ("app", "worker", "agent", "watchdog", "migrator"):
-            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(made[key])))
+    try:
+        yield made
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("drop database if exists {} with (force)").format(
+                    sql.Identifier(made["db"])
+                )
+            )
+            for key in ("app", "worker", "agent", "watchdog", "migrator"):
+                conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(made[key])))
+
+
+@pytest.fixture
+def names(admin_dsn: str) -> Iterator[dict[str, str]]:
+    with unique_names(admin_dsn) as made:
+        yield made
+
+
+@pytest.fixture
+def other_names(admin_dsn: str) -> Iterator[dict[str, str]]:
+    with unique_names(admin_dsn) as made:
+        yield made
 
 
 def test_the_printed_script_holds_no_secret_and_copies_the_role_settings():
@@ -91,6 +108,36 @@ def test_bootstrap_creates_a_least_privilege_migrator_that_installs_agentkeel(ad
     watched = run_agentkeel("watchdog", "--dsn", dsn(names["watchdog"]))
     assert watched.returncode == 0, watched.stderr
     assert watched.stdout.strip() == "0 backend(s) ended"
+
+
+def test_two_installations_on_one_server_let_in_none_of_each_others_logins(
+    admin_dsn, names, other_names
+):
+    """The keel_* roles are shared by every agentkeel database on a server. Bootstrap used
+    to grant CONNECT to them, so the first installation's app login created tenants in the
+    second and its migrator, a keel_owner member, minted tokens there. Now each login gets
+    CONNECT on its own database only."""
+    for made in (names, other_names):
+        applied = run_agentkeel(
+            "bootstrap", "--apply", "--dsn", admin_dsn, "--database", made["db"],
+            "--migrator", made["migrator"], "--app-login", made["app"],
+        )  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        owner = conninfo.make_conninfo(admin_dsn, user=made["migrator"], dbname=made["db"])
+        up = run_agentkeel("migrate", "up", "--dsn", owner)
+        assert up.returncode == 0, up.stderr
+    for key in ("app", "migrator"):
+        foreign = conninfo.make_conninfo(admin_dsn, user=names[key], dbname=other_names["db"])
+        with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+            psycopg.connect(foreign).close()
+    own = conninfo.make_conninfo(admin_dsn, user=other_names["app"], dbname=other_names["db"])
+    with psycopg.connect(own) as conn:
+        assert conn.execute("select current_user").fetchone() == (other_names["app"],)
+    checked = run_agentkeel(
+        "check", "--dsn", conninfo.make_conninfo(admin_dsn, dbname=other_names["db"])
+    )
+    assert checked.returncode == 0, checked.stdout
+    assert "database_connect" in checked.stdout and "warning" not in checked.stdout
 
 
 def psql_at_a_terminal(args: list[str], passwords: dict[str, str], timeout: float = 60) -> str:

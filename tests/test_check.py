@@ -11,13 +11,27 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import conninfo
+from psycopg import conninfo, sql
 
 from agentkeel.check import CHECKS_DIR, RuleError, rule_files, rule_guarantee, rule_needs, run_rule
 from agentkeel.exitcodes import ExitCode
 from agentkeel.shipped import MANIFESTS, REGENERATE, inventory, manifest, write_manifest
 from agentkeel_conformance.guarantees import GUARANTEES
 from conftest import REPO, run_agentkeel
+
+
+@pytest.fixture(autouse=True)
+def installation_connect(request: pytest.FixtureRequest) -> None:
+    """Only this installation's logins connect, as after `agentkeel bootstrap`: PUBLIC's
+    CONNECT (a fresh database's default) is a database_connect warning."""
+    if "migrated_db" not in request.fixturenames:
+        return
+    with psycopg.connect(request.getfixturevalue("migrated_db"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("revoke connect on database {} from public").format(
+                sql.Identifier(conn.info.dbname)
+            )
+        )
 
 
 def findings(dsn: str) -> list[dict[str, str]]:
@@ -201,6 +215,11 @@ def test_role_timeouts_above_the_watchdog_caps_are_reported(owner, migrated_db):
         owner.execute("alter role ak_raised_agent set statement_timeout = '5s'")
         owner.execute("alter role ak_raised_agent set idle_in_transaction_session_timeout = 10000")
         within = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
+        owner.execute(
+            sql.SQL("grant connect on database {} to ak_raised_agent").format(
+                sql.Identifier(owner.info.dbname)
+            )
+        )
         agent = conninfo.make_conninfo(migrated_db, user="ak_raised_agent")
         with psycopg.connect(agent, autocommit=True) as conn:
             conn.execute("alter role ak_raised_agent set statement_timeout = '1d'")
@@ -210,6 +229,7 @@ def test_role_timeouts_above_the_watchdog_caps_are_reported(owner, migrated_db):
         )
         cap_raised = [f for f in findings(migrated_db) if f["rule"] == "role_timeouts"]
     finally:
+        owner.execute("drop owned by ak_raised_agent")
         owner.execute("drop role ak_raised_agent")
     assert within == []
     assert [(f["object"], f["problem"]) for f in raised] == [
@@ -220,6 +240,26 @@ def test_role_timeouts_above_the_watchdog_caps_are_reported(owner, migrated_db):
         )
     ]
     assert cap_raised == []
+
+
+def test_connect_for_a_shared_keel_role_or_public_is_named(owner, migrated_db):
+    """The keel_* roles are shared by every agentkeel database on the server: CONNECT for
+    one of them lets another installation's logins in (an error); PUBLIC's, every login of
+    the server, unless pg_hba.conf keeps them out (a warning)."""
+    database = sql.Identifier(owner.info.dbname)
+    owner.execute(sql.SQL("grant connect on database {} to keel_app, public").format(database))
+    try:
+        found = {
+            (f["level"], f["object"])
+            for f in findings(migrated_db)
+            if f["rule"] == "database_connect"
+        }
+    finally:
+        owner.execute(
+            sql.SQL("revoke connect on database {} from keel_app, public").format(database)
+        )
+    assert found == {("error", "keel_app"), ("warning", "PUBLIC")}
+    assert [f for f in findings(migrated_db) if f["rule"] == "database_connect"] == []
 
 
 def test_junit_output_has_one_case_per_rule_and_fails_the_broken_one(owner, migrated_db, tmp_path):

@@ -539,11 +539,25 @@ def test_bootstrap_for_citus_makes_every_login_on_every_node(citus_db, citus_adm
         with psycopg.connect(conninfo.make_conninfo(citus_db, user=app), autocommit=True) as c:
             tenant = Keel(c).create_tenant("bootstrapped").tenant_id
             assert Keel(c).create_task(tenant, WORKFLOW, 1).state == "queued"
+        # CONNECT by name on every node: no other login, and no keel_* group, gets in.
+        acl = f"select datacl::text from pg_database where datname = '{dbname}'"
+        with psycopg.connect(citus_db) as conn:
+            (coordinator_acl,) = conn.execute(acl).fetchone()
+        for node_acl in [coordinator_acl, *(r for _, r in citus_cluster.on_workers(citus_db, acl))]:
+            items = [item.split("=") for item in node_acl.strip("{}").split(",")]
+            connect = {grantee for grantee, rights in items if "c" in rights.split("/")[0]}
+            assert connect == {migrator, app, agent}, node_acl
     finally:
         with psycopg.connect(citus_db, autocommit=True) as conn:  # Citus: on every node
             conn.execute(
                 sql.SQL("alter database {} owner to current_user").format(sql.Identifier(dbname))
             )
+            for login in (app, agent):  # Citus revokes on every node
+                conn.execute(
+                    sql.SQL("revoke connect on database {} from {}").format(
+                        sql.Identifier(dbname), sql.Identifier(login)
+                    )
+                )
         citus_cluster.drop_roles(citus_admin_dsn, [app, agent, migrator])
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -322,6 +322,15 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., LoginRol
                                 sql.Identifier(name), sql.Identifier(setting), sql.Literal(value)
                             )
                         )
+                    # CONNECT by name, as `agentkeel bootstrap` gives each login: the
+                    # database may let no one else in (database_connect). A role that
+                    # may not grant it leaves the login to PUBLIC's CONNECT, if any.
+                    with suppress(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                        conn.execute(
+                            sql.SQL("grant connect on database {} to {}").format(
+                                sql.Identifier(conn.info.dbname), sql.Identifier(name)
+                            )
+                        )
             except psycopg.errors.InsufficientPrivilege:
                 pytest.skip(
                     f"needs a login role that is a member of {keel_role}: the --dsn role may "
@@ -336,6 +345,11 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., LoginRol
     yield _login_role
     with suite_connect(owner_dsn, autocommit=True) as conn:
         for role in made.values():
+            conn.execute(
+                sql.SQL("revoke connect on database {} from {}").format(
+                    sql.Identifier(conn.info.dbname), sql.Identifier(role.name)
+                )
+            )
             conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role.name)))
 
 

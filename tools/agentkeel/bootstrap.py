@@ -125,11 +125,15 @@ def _version_guarded(min_version: int, statement: str) -> str:
     )
 
 
-def login_statements(login: Login, settings: list[RoleSetting]) -> list[str]:
-    """Create one application login in its group, with the group's role settings copied."""
+def login_statements(login: Login, settings: list[RoleSetting], database: str) -> list[str]:
+    """Create one application login in its group, with the group's role settings copied,
+    and let it connect to the installation's database."""
     name = _ident(login.name)
     limit = "" if login.connection_limit is None else f" connection limit {login.connection_limit}"
     stmts = [f"create role {name} login{limit} in role {_ident(login.group)};"]
+    # CONNECT per login, never for the keel_* groups: every agentkeel database on the
+    # server shares them, so a grant to a group lets every other installation's logins in.
+    stmts.append(f"grant connect on database {_ident(database)} to {name};")
     if login.group == "keel_watchdog":
         stmts.append(f"grant {', '.join(WATCHDOG_PREDEFINED)} to {name};")
     for s in settings:
@@ -205,12 +209,12 @@ class Plan:
             f"grant keel_owner to {_ident(self.migrator)};",
             database,
             f"revoke connect on database {_ident(self.database)} from public;",
-            f"grant connect on database {_ident(self.database)} to "
+            f"revoke connect on database {_ident(self.database)} from "
             + ", ".join(_ident(g) for g in groups)
             + ";",
         ]
         for login in self.logins:
-            stmts += login_statements(login, settings)
+            stmts += login_statements(login, settings, self.database)
         return stmts
 
     def script(self, root: Path | None = None) -> str:
@@ -251,8 +255,12 @@ class Plan:
             stmts[1],
             stmts[2],
             "",
-            "-- The database, owned by the migrator (`migrate up` creates schema keel in it);",
-            "-- only the keel_* roles (and so their members) may connect.",
+            "-- The database, owned by the migrator (`migrate up` creates schema keel in it).",
+            "-- Only the logins below may connect, each granted CONNECT by name: not PUBLIC,",
+            "-- and not the keel_* group roles, which every agentkeel database on this server",
+            "-- shares (a grant to keel_app would let another installation's app logins in,",
+            "-- trusted as this one's; `agentkeel check` reports it: database_connect).",
+            "-- A login added later: grant connect on database <this database> to <login>;",
             *(
                 ["-- On Citus it exists already: it is handed to the migrator."]
                 if self.citus
@@ -269,7 +277,7 @@ class Plan:
         ]
         for login in self.logins:
             body += [f"-- {login.name}: {login.group}, {LOGIN_GROUPS[login.group]}"]
-            body += login_statements(login, settings)
+            body += login_statements(login, settings, self.database)
             body += [f"\\password {_ident(login.name)}", ""]
         named = {login.group for login in self.logins}
         for group in LOGIN_GROUPS:
@@ -281,7 +289,7 @@ class Plan:
                 AGENT_CONNECTION_LIMIT if group == "keel_agent" else None,
             )
             body += [f"-- Optional, {group}: {LOGIN_GROUPS[group]}"]
-            for stmt in login_statements(example, settings):
+            for stmt in login_statements(example, settings, self.database):
                 body += ["-- " + line for line in stmt.splitlines()]
             body += [f"-- \\password {example.name}", ""]
         if self.citus:
