@@ -177,10 +177,18 @@ def test_the_caps_are_read_from_settings(short_caps):
             for group, measure, _, cap in conn.execute("select * from keel.watchdog_caps()")
         }
         conn.execute("delete from keel.settings where setting = 'agent_max_statement_seconds'")
-        default = conn.execute(
-            "select cap from keel.watchdog_caps()"
-            " where role_group = 'keel_agent' and measure = 'statement'"
-        ).fetchone()
+        conn.execute(
+            "update keel.settings set value = '0'"
+            " where setting = 'worker_max_transaction_seconds'"
+        )
+        after = dict(
+            conn.execute(
+                "select role_group || ' ' || measure, cap from keel.watchdog_caps()"
+                " where (role_group, measure)"
+                " in (('keel_agent', 'statement'), ('keel_worker', 'transaction'))"
+            ).fetchall()
+        )
     assert caps[("keel_agent", "statement")] == 1
     assert caps[("keel_worker", "transaction")] == 3
-    assert default is not None and default[0].total_seconds() == 30
+    assert after["keel_agent statement"].total_seconds() == 30  # no row: the default
+    assert after["keel_worker transaction"] is None  # 0: no cap
