@@ -220,9 +220,14 @@ class Outbox:
         return cls(dsn, tenant, workflow)
 
     def commit(
-        self, topic: str, payloads: list[Any], conn: psycopg.Connection | None = None
+        self,
+        topic: str,
+        payloads: list[Any],
+        conn: psycopg.Connection | None = None,
+        keys: list[str] | None = None,
     ) -> list[str]:
-        """One transition of a new task carrying one message per payload; their ids."""
+        """One transition of a new task carrying one message per payload (with the key of
+        the same place in keys, if given); their ids."""
         own = conn is None
         conn = conn or psycopg.connect(self.dsn, autocommit=True)
         try:
@@ -233,7 +238,10 @@ class Outbox:
                 task.task_id,
                 1,
                 "done",
-                outbox=[{"topic": topic, "payload": p} for p in payloads],
+                outbox=[
+                    {"topic": topic, "payload": p, **({"key": keys[i]} if keys else {})}
+                    for i, p in enumerate(payloads)
+                ],
             )
             with keel.transaction(self.tenant):
                 rows = conn.execute(

@@ -10,7 +10,7 @@ import uuid
 
 import psycopg
 import pytest
-from psycopg import conninfo
+from psycopg import conninfo, sql
 
 from agentkeel.relay.failpoints import parse
 from agentkeel.relay.sinks import FileSink, HttpSink, NatsSink, StdoutSink, parse_sink
@@ -223,6 +223,97 @@ def test_the_relay_reconnects_when_its_backends_are_terminated(migrated_db, tmp_
     delivered = [json.loads(line)["message_id"] for line in sink.read_text().splitlines()]
     assert delivered == [*first, *second]
     assert "database connection lost: reconnecting" in stderr
+
+
+def test_a_partial_batch_is_followed_by_the_next_claim_at_once(migrated_db, tmp_path):
+    """Per-key order lets a claim take one message per key: 40 messages on 4 keys come in
+    batches of 4, each smaller than --batch. The relay used to wait --poll-interval after
+    each (here 600 s, so it stalled after the first 4); it claims again while it finds."""
+    box = Outbox.make(migrated_db)
+    sent = box.commit("keyed.out", list(range(40)), keys=[f"k{n % 4}" for n in range(40)])
+    sink = tmp_path / "out.jsonl"
+    relay = start_relay(migrated_db, f"file:{sink}", "--poll-interval", "600", "--no-listen")
+    try:
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=120)
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+    assert relay.returncode == 0, stderr
+    delivered = [json.loads(line)["message_id"] for line in sink.read_text().splitlines()]
+    assert sorted(delivered) == sorted(sent)
+    for key in range(4):  # per-key order held
+        assert [m for m in delivered if sent.index(m) % 4 == key] == sent[key::4]
+
+
+def test_a_connection_lost_in_the_first_batch_is_reconnected(migrated_db):
+    """The relay's backends are terminated while it publishes its first batch: it used to
+    exit 4 (57P01) as if its setup were wrong; it reconnects and delivers everything."""
+    box = Outbox.make(migrated_db)
+    sent = box.commit("first.batch", [{"n": n} for n in range(3)])
+    with http_receiver(delay=1.0) as receiver:
+        relay = start_relay(
+            migrated_db, receiver.url, "--lease", "2", "--poll-interval", "0.2",
+            "--batch", "3", "--concurrency", "1", "--timeout", "10",
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not receiver.requests and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert receiver.requests, "the relay never published"
+            with psycopg.connect(migrated_db, autocommit=True) as conn:
+                conn.execute(
+                    "select pg_terminate_backend(pid) from pg_stat_activity"
+                    " where application_name = 'agentkeel-relay'"
+                )
+            box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=120)
+        finally:
+            relay.send_signal(signal.SIGTERM)
+            _, stderr = relay.communicate(timeout=30)
+    assert relay.returncode == 0, stderr
+    assert "database connection lost: reconnecting" in stderr
+    assert set(sent) <= {body["message_id"] for _, body in receiver.requests}
+
+
+def test_a_flood_of_notifications_does_not_drive_back_to_back_claims(migrated_db):
+    """Any login may NOTIFY keel_outbox. With nothing due, each notification used to wake
+    the relay into another claim; now claims after an empty one are at least
+    --wake-cooldown apart. Claims are counted by the database (track_functions)."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("alter database {} set track_functions = 'pl'").format(
+                sql.Identifier(conn.info.dbname)
+            )
+        )
+    relay = start_relay(migrated_db, "-", "--poll-interval", "600", "--wake-cooldown", "0.2")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and '"relay started"' not in (
+            relay.stderr.readline() if relay.stderr else ""
+        ):
+            pass
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            started = time.monotonic()
+            for _ in range(3000):
+                conn.execute("notify keel_outbox")
+            elapsed = time.monotonic() - started
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+    assert relay.returncode == 0, stderr
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while True:  # the relay's backends report their counts as they exit
+            row = conn.execute(
+                "select coalesce(sum(calls), 0) from pg_stat_user_functions"
+                " where schemaname = 'keel' and funcname = 'claim_outbox'"
+            ).fetchone()
+            claims = int(row[0]) if row else 0
+            if claims or time.monotonic() > deadline:
+                break
+            conn.execute("select pg_stat_clear_snapshot()")
+            time.sleep(0.2)
+    # the first claim, the one LISTEN's start triggers, then one per cooldown at most
+    assert 1 <= claims <= elapsed / 0.2 + 4, (claims, elapsed)
 
 
 def test_a_message_no_decoder_accepts_is_delivered_as_stored_and_stops_nothing(

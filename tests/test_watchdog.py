@@ -178,8 +178,7 @@ def test_the_caps_are_read_from_settings(short_caps):
         }
         conn.execute("delete from keel.settings where setting = 'agent_max_statement_seconds'")
         conn.execute(
-            "update keel.settings set value = '0'"
-            " where setting = 'worker_max_transaction_seconds'"
+            "update keel.settings set value = '0' where setting = 'worker_max_transaction_seconds'"
         )
         after = dict(
             conn.execute(

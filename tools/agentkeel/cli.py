@@ -732,6 +732,13 @@ def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[d
     help="Seconds between claims when no NOTIFY arrives.",
 )
 @click.option(
+    "--wake-cooldown",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Least seconds between an empty claim and the next, however many NOTIFYs arrive.",
+)
+@click.option(
     "--timeout",
     default=5.0,
     show_default=True,
@@ -772,6 +779,7 @@ def relay(
     concurrency: int,
     lease: float,
     poll_interval: float,
+    wake_cooldown: float,
     timeout: float,
     once: bool,
     no_listen: bool,
@@ -805,6 +813,7 @@ def relay(
         concurrency=concurrency,
         lease=timedelta(seconds=lease),
         poll_interval=poll_interval,
+        wake_cooldown=wake_cooldown,
         once=once,
         listen=not no_listen,
         topic_prefix=topic_prefix,

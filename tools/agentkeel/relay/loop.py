@@ -13,8 +13,12 @@ transaction mode:
 
 A crash anywhere re-delivers at most the messages of the batch in hand, with the same
 message id, once their lease runs out: delivery is at least once, never lost.
-The relay waits for the next batch on LISTEN keel_outbox (a hint transition_task sends)
-or ``poll_interval``, whichever comes first; through a pooler it only polls.
+While a claim finds messages the relay claims again at once (per-key order often leaves a
+batch partly empty with more due). After an empty claim it waits for LISTEN keel_outbox (a
+hint transition_task sends) or ``poll_interval``, whichever comes first, and at least
+``wake_cooldown`` after that claim: any login may NOTIFY the channel, and a flood of them
+must not drive back-to-back claims. Through a pooler it only polls. A lost database
+connection, once the relay has started, is reconnected with backoff.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class Config:
     concurrency: int = 32
     lease: timedelta = timedelta(seconds=30)
     poll_interval: float = 1.0
+    wake_cooldown: float = 0.1
     once: bool = False
     listen: bool = True
     topic_prefix: str | None = None
@@ -224,17 +229,15 @@ class Relay:
             delay = min(delay * 2, 60.0)
 
     async def _loop(self) -> None:
+        # Started: run() connected and passed the startup checks, so a connection lost
+        # from here on, in the first batch too, is an outage to ride out, not bad setup.
         backoff = 0.5
-        started = False
         while not self.stopping:
             self.wake.clear()
             try:
                 claimed = await self.cycle()
-                started = True
                 backoff = 0.5
             except psycopg.OperationalError as error:
-                if not started:
-                    raise  # the first claim failing is a configuration problem: report it
                 log(
                     self.logger,
                     logging.ERROR,
@@ -245,14 +248,20 @@ class Relay:
                 await self._reconnect(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
-            if claimed >= self.config.batch:
-                continue  # more may be due right now
-            if self.config.once and claimed == 0:
-                return
+            if claimed:
+                continue  # more may be due right now, also after a partial batch
             if self.config.once:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.config.poll_interval)
+                return
+            await self._idle(time.monotonic())
+
+    async def _idle(self, claimed_at: float) -> None:
+        """After an empty claim: wait for a NOTIFY or the poll interval, and at least
+        wake_cooldown since that claim, however many notifications arrive."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), self.config.poll_interval)
+        rest = self.config.wake_cooldown - (time.monotonic() - claimed_at)
+        if rest > 0 and not self.stopping:
+            await asyncio.sleep(rest)
 
     async def _reconnect(self, delay: float) -> None:
         if self.conn is not None:
