@@ -14,6 +14,15 @@ begin
     if p_token is null or p_token = '' then
         return null;
     end if;
+    -- Expiry and retirement are judged at call time: the clock, and the key table as each
+    -- statement sees it. A repeatable-read or serializable snapshot would keep showing a
+    -- key retired after the transaction began, so tokens work in READ COMMITTED only.
+    if pg_catalog.current_setting('transaction_isolation') <> 'read committed' then
+        raise exception using
+            errcode = '42K07',
+            message = 'tenant tokens are verified in READ COMMITTED transactions only',
+            hint = 'A repeatable-read or serializable snapshot would hide a key retired after it was taken: run agent transactions at READ COMMITTED, the default.';
+    end if;
     if not ((v_parts[1] = 'v1' and v_count = 5) or (v_parts[1] = 'v2' and v_count = 6))
         or v_parts[2] !~ '^[1-9][0-9]{0,8}$'
         or v_parts[3] !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
@@ -59,4 +68,4 @@ end;
 $$;
 
 comment on function keel.verify_tenant_token(text) is
-'Returns the tenant of a valid token (null for no token); raises invalid_tenant_token (42K07) when it is malformed, expired, signed with an unknown or retired key, or altered. Tokens look like v1.<key version>.<tenant>.<expiry epoch>.<hmac-sha256 hex>; v2 tokens, bound to a login, carry its name (hex of UTF-8) before the signature and verify only when that login is session_user.';
+'Returns the tenant of a valid token (null for no token); raises invalid_tenant_token (42K07) when it is malformed, expired, signed with an unknown or retired key, or altered, judged at call time, and in a transaction other than READ COMMITTED, whose snapshot could hide a retirement. Tokens look like v1.<key version>.<tenant>.<expiry epoch>.<hmac-sha256 hex>; v2 tokens, bound to a login, carry its name (hex of UTF-8) before the signature and verify only when that login is session_user.';

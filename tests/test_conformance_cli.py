@@ -217,6 +217,12 @@ MUTATIONS = {
         "G1",
         "test_a_token_bound_to_one_agent_login_is_refused_to_another",
     ),
+    "G1: token_snapshot_isolation, tokens verify in a snapshot that hides retirements": (
+        "verify_tenant_token.sql",
+        [(r"current_setting\('transaction_isolation'\) <> 'read committed'", "false", 1)],
+        "G1",
+        "test_a_key_retired_inside_an_open_transaction_stops_its_tokens_there",
+    ),
     "G1: expiry_at_transaction_start, a token is judged at the transaction's start": (
         "verify_tenant_token.sql",
         [(r"<= clock_timestamp\(\) then  -- at call time", "<= now() then", 1)],

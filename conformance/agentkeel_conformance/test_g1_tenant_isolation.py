@@ -475,6 +475,32 @@ def test_a_retired_key_verifies_nothing(world, app_keel, agent, connect, throwaw
     assert {r[0] for r in agent(OWN_TASKS, (world.a.tenant,), token=fresh)} == {world.a.tenant}
 
 
+def test_a_key_retired_inside_an_open_transaction_stops_its_tokens_there(
+    world, app_keel, connect, throwaway_database
+):
+    """Retirement is judged at call time: an agent transaction that bound a token keeps no
+    snapshot in which the key is still active. In READ COMMITTED the next statement sees the
+    retirement; a repeatable-read or serializable transaction, whose snapshot would hide
+    it, is refused any token at all.
+    Mutation: token_snapshot_isolation."""
+    for level in ("repeatable read", "serializable"):
+        with suite_connect(world.agent_dsn) as conn:
+            conn.execute(f"set transaction isolation level {level}".encode())
+            with pytest.raises(psycopg.Error, match="READ COMMITTED") as info:
+                set_tenant_token(conn, world.a.token)
+                conn.execute(OWN_TASKS, (world.a.tenant,)).fetchall()
+            assert info.value.sqlstate == "42K07"
+    if not throwaway_database:
+        return  # retiring signing keys would invalidate live tokens: embedded cluster only
+    with suite_connect(world.agent_dsn) as conn:
+        set_tenant_token(conn, world.a.token)
+        assert {r[0] for r in conn.execute(OWN_TASKS, (world.a.tenant,))} == {world.a.tenant}
+        connect(owner=True).execute("select keel.rotate_tenant_token_key(true)")
+        with pytest.raises(psycopg.Error, match="retired") as info:
+            conn.execute(OWN_TASKS, (world.a.tenant,)).fetchall()
+        assert info.value.sqlstate == "42K07"
+
+
 def test_the_agent_cannot_read_signing_keys_or_sign(agent):
     """No mutation: agent_table_select leaves tenant_token_keys alone; none other fits."""
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
