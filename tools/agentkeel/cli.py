@@ -1006,19 +1006,51 @@ def distribute(dsn: str | None, apply_: bool, shard_count: int | None) -> None:
     out.print("distributed")
 
 
-# -- recover ------------------------------------------------------------------
+# -- recover and watchdog: rounds, once or every S seconds ------------------------
+
+
+def once_or_interval(command: Callable[..., None]) -> Callable[..., None]:
+    """The --once / --interval options of a command that runs in rounds."""
+    command = click.option(
+        "--interval",
+        type=click.FloatRange(min=0.1),
+        default=None,
+        metavar="S",
+        help="Run every S seconds until interrupted.",
+    )(command)
+    return click.option("--once", is_flag=True, help="One round now, then exit (the default).")(
+        command
+    )
+
+
+def run_rounds(
+    dsn: str | None,
+    application_name: str,
+    once: bool,
+    interval: float | None,
+    one_round: Callable[[psycopg.Connection, bool], None],
+) -> None:
+    """Connect, then call one_round(conn, looping) once, or every interval seconds until
+    interrupted (SIGTERM, a supervisor's stop, like Ctrl-C)."""
+    if once and interval is not None:
+        fail("--once and --interval exclude each other", ExitCode.USAGE)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with connect_dsn(require_dsn(dsn), application_name=application_name) as conn:
+            require_schema(conn)
+            while True:
+                one_round(conn, interval is not None)
+                sys.stdout.flush()
+                if interval is None:
+                    return
+                time.sleep(interval)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @main.command(short_help="Take over tasks whose lease expired (the recoverer).")
 @dsn_option
-@click.option("--once", is_flag=True, help="Recover what is stale now, then exit (the default).")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    metavar="S",
-    help="Run every S seconds until interrupted.",
-)
+@once_or_interval
 @click.option(
     "--limit",
     type=click.IntRange(1, 10_000),
@@ -1049,54 +1081,31 @@ def recover(
     RECOVERY_EXHAUSTED event. Needs a login in keel_worker (or the owner)."""
     from agentkeel.recover import recover_once
 
-    if once and interval is not None:
-        fail("--once and --interval exclude each other", ExitCode.USAGE)
     actor = f"agentkeel-recover@{socket.gethostname()}"[:200]
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: like Ctrl-C
-    try:
-        with connect_dsn(require_dsn(dsn), application_name="agentkeel-recover") as conn:
-            require_schema(conn)
-            while True:
-                handled = 0
-                while True:
-                    batch = recover_once(
-                        conn,
-                        limit=limit,
-                        actor=actor,
-                        workflow=workflow,
-                        max_attempts=max_attempts,
-                    )
-                    handled += len(batch)
-                    for row in batch:
-                        if as_json:
-                            click.echo(json.dumps(row.as_json()))
-                        else:
-                            out.print(row.describe(), markup=False)
-                    if len(batch) < limit:
-                        break
-                if not as_json and (interval is None or handled):
-                    out.print(f"{handled} stale task(s) handled", markup=False)
-                sys.stdout.flush()
-                if interval is None:
-                    return
-                time.sleep(interval)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
+    def one_round(conn: psycopg.Connection, looping: bool) -> None:
+        handled = 0
+        while True:
+            batch = recover_once(
+                conn, limit=limit, actor=actor, workflow=workflow, max_attempts=max_attempts
+            )
+            handled += len(batch)
+            for row in batch:
+                if as_json:
+                    click.echo(json.dumps(row.as_json()))
+                else:
+                    out.print(row.describe(), markup=False)
+            if len(batch) < limit:
+                break
+        if not as_json and (not looping or handled):
+            out.print(f"{handled} stale task(s) handled", markup=False)
 
-# -- watchdog -----------------------------------------------------------------
+    run_rounds(dsn, "agentkeel-recover", once, interval, one_round)
 
 
 @main.command(short_help="End agent and worker backends past the caps (the watchdog).")
 @dsn_option
-@click.option("--once", is_flag=True, help="Check now, then exit (the default).")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    metavar="S",
-    help="Run every S seconds until interrupted.",
-)
+@once_or_interval
 @click.option("--dry-run", is_flag=True, help="Report the backends past a cap; end none.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per backend.")
 def watchdog(
@@ -1109,28 +1118,18 @@ def watchdog(
     --watchdog-login)."""
     from agentkeel.watchdog import watch_once
 
-    if once and interval is not None:
-        fail("--once and --interval exclude each other", ExitCode.USAGE)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop: like Ctrl-C
-    try:
-        with connect_dsn(require_dsn(dsn), application_name="agentkeel-watchdog") as conn:
-            require_schema(conn)
-            while True:
-                rows = watch_once(conn, terminate=not dry_run)
-                for row in rows:
-                    if as_json:
-                        click.echo(json.dumps(row.as_json()))
-                    else:
-                        out.print(row.describe(), markup=False)
-                if not as_json and (interval is None or rows):
-                    verb = "past a cap" if dry_run else "ended"
-                    out.print(f"{len(rows)} backend(s) {verb}", markup=False)
-                sys.stdout.flush()
-                if interval is None:
-                    return
-                time.sleep(interval)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def one_round(conn: psycopg.Connection, looping: bool) -> None:
+        rows = watch_once(conn, terminate=not dry_run)
+        for row in rows:
+            if as_json:
+                click.echo(json.dumps(row.as_json()))
+            else:
+                out.print(row.describe(), markup=False)
+        if not as_json and (not looping or rows):
+            verb = "past a cap" if dry_run else "ended"
+            out.print(f"{len(rows)} backend(s) {verb}", markup=False)
+
+    run_rounds(dsn, "agentkeel-watchdog", once, interval, one_round)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
