@@ -404,8 +404,8 @@ def test_the_watchdog_ends_an_agent_that_lifted_its_limits_on_every_node(cluster
         "select count(*) from pg_stat_activity"
         f" where usename = '{agent_login}' and state like 'idle in transaction%'"
     )
+    agent = psycopg.connect(cluster.agent2, autocommit=True)
     try:
-        agent = psycopg.connect(cluster.agent2, autocommit=True)
         for setting in ("statement_timeout", "idle_in_transaction_session_timeout"):
             agent.execute(sql.SQL("set {} = 0").format(sql.Identifier(setting)))
         agent.execute("begin")
