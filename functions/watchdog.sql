@@ -18,8 +18,6 @@ volatile
 security invoker
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-    v_row record;
 begin
     -- Other logins' backends show their times to members of pg_read_all_stats only, and
     -- only pg_signal_backend may end them: without those the watchdog would see nothing.
@@ -32,7 +30,7 @@ begin
             message = 'keel.watchdog needs pg_read_all_stats, and pg_signal_backend to end backends',
             hint = 'As a superuser: GRANT pg_read_all_stats, pg_signal_backend TO <the watchdog login> (README, Roles).';
     end if;
-    for v_row in
+    return query
         with backends as (
             select
                 a.pid,
@@ -73,22 +71,25 @@ begin
                 c.cap
             from backends as b
             inner join keel.watchdog_caps() as c on b.role_group = c.role_group
+        ),
+
+        -- The measure furthest past its cap, per backend; each backend is ended once.
+        worst as (
+            select distinct on (m.pid) m.*
+            from measured as m
+            where m.elapsed > m.cap
+            order by m.pid, m.elapsed - m.cap desc
         )
 
-        select distinct on (m.pid) m.*
-        from measured as m
-        where m.elapsed > m.cap
-        order by m.pid, m.elapsed - m.cap desc
-    loop
-        pid := v_row.pid;
-        login := v_row.login;
-        role_group := v_row.role_group;
-        measure := v_row.measure;
-        elapsed := v_row.elapsed;
-        cap := v_row.cap;
-        terminated := p_terminate and pg_catalog.pg_terminate_backend(v_row.pid);
-        return next;
-    end loop;
+        select
+            w.pid,
+            w.login,
+            w.role_group,
+            w.measure,
+            w.elapsed,
+            w.cap,
+            p_terminate and pg_catalog.pg_terminate_backend(w.pid)
+        from worst as w;
 end;
 $$;
 
