@@ -460,27 +460,28 @@ def _first(conn: psycopg.Connection, query: sql.SQL | sql.Composed) -> int | Non
     return int(row[0]) if row else None
 
 
-def _table_holder(conn: psycopg.Connection) -> int | None:
-    return _first(
-        conn,
-        sql.SQL(
-            "select l.pid from pg_catalog.pg_locks as l where l.granted"
-            " and l.relation = to_regclass({}) and l.mode = 'ShareUpdateExclusiveLock'"
-            " and l.pid <> pg_catalog.pg_backend_pid() limit 1"
-        ).format(sql.Literal(HISTORY_TABLE)),
+# Who holds the migrators' lock this run asked for: the table lock or, on a fresh install,
+# the advisory key.
+LOCK_HOLDER = sql.SQL(
+    """select l.pid
+from pg_catalog.pg_locks as l
+where l.granted and l.pid <> pg_catalog.pg_backend_pid()
+    and (
+        (l.relation = to_regclass({table}) and l.mode = 'ShareUpdateExclusiveLock')
+        or (
+            l.locktype = 'advisory'
+            and l.database = (
+                select d.oid from pg_catalog.pg_database as d where d.datname = current_database()
+            )
+            and l.classid::bigint = {high} and l.objid::bigint = {low}
+        )
     )
-
-
-def _advisory_holder(conn: psycopg.Connection) -> int | None:
-    return _first(
-        conn,
-        sql.SQL(
-            "select pid from pg_locks where locktype = 'advisory' and granted"
-            " and database = (select oid from pg_database where datname = current_database())"
-            " and classid::bigint = {} and objid::bigint = {}"
-            " and pid <> pg_backend_pid() limit 1"
-        ).format(sql.Literal(LOCK_KEY >> 32), sql.Literal(LOCK_KEY & 0xFFFF_FFFF)),
-    )
+limit 1"""
+).format(
+    table=sql.Literal(HISTORY_TABLE),
+    high=sql.Literal(LOCK_KEY >> 32),
+    low=sql.Literal(LOCK_KEY & 0xFFFF_FFFF),
+)
 
 
 def _try_lock(conn: psycopg.Connection) -> tuple[bool, int | None]:
@@ -491,13 +492,13 @@ def _try_lock(conn: psycopg.Connection) -> tuple[bool, int | None]:
             with conn.transaction():  # a savepoint: a refused NOWAIT leaves ours usable
                 conn.execute(TABLE_LOCK_NOWAIT)
         except psycopg.errors.LockNotAvailable:
-            return False, _table_holder(conn)
+            return False, _first(conn, LOCK_HOLDER)
     else:
         row = conn.execute(
             "select pg_catalog.pg_try_advisory_xact_lock(%s)", (LOCK_KEY,)
         ).fetchone()
         if not (row and row[0]):
-            return False, _advisory_holder(conn)
+            return False, _first(conn, LOCK_HOLDER)
     other = _first(conn, OTHER_MIGRATOR)
     return other is None, other
 
