@@ -59,4 +59,4 @@ end;
 $$;
 
 comment on function keel.claim_due_message(uuid, uuid, text, interval, text) is
-'Claims the outbox message for p_relay until now + p_lease, as keel.claim_outbox does (new claim_token, claimed_by, available_at = expiry, attempts + 1; dead instead when every attempt was used), if it is still pending, due, of a topic starting with p_topic_prefix when given, and the oldest pending message of its key; returns no row otherwise or when another transaction holds it locked, and never waits. Needs no tenant context. The per-tenant step of the Citus variant of keel.claim_outbox (G6).';
+'Claims the outbox message for p_relay until now + p_lease, as keel.claim_outbox does (new claim_token, claimed_by, available_at = expiry, claims + 1; dead instead after settings.outbox_max_unreported_claims claims with no ack or nack), if it is still pending, due, of a topic starting with p_topic_prefix when given, and the oldest pending message of its key; returns no row otherwise or when another transaction holds it locked, and never waits. Needs no tenant context. The per-tenant step of the Citus variant of keel.claim_outbox (G6).';

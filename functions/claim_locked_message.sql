@@ -13,6 +13,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_message keel.outbox;
+    v_error text;
     -- A new random token per claim (60 bits from PostgreSQL's cryptographic source), not
     -- the previous one plus one: the token is the claimer's credential for ack, nack and
     -- release, and another relay, which sees the message ids, must not guess it.
@@ -23,17 +24,27 @@ declare
 begin
     -- Locked already by the caller's claim scan: this re-read is the row as it is now.
     v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);
-    if v_message.attempts >= keel.outbox_max_attempts(v_message.topic) then
-        -- Every attempt was used by claims that never reported back (a relay that
-        -- crashes on this message): it is dead, not claimed again.
+    if v_message.claims >= keel.outbox_max_unreported_claims() then
+        -- Claim after claim ended with no ack or nack (a relay that crashes on this
+        -- message, or loses its connection while delivering it): dead, not handed out
+        -- forever. A crash between a publish and its ack is not a failed delivery, so it
+        -- takes many of them, never a few.
+        -- claimed_by names the relay whose claim found it dead: that relay logs it. The
+        -- error is built here, not in the UPDATE: Citus refuses a STABLE function (format)
+        -- over column references in an UPDATE of a distributed table.
+        v_error := left(
+            format(
+                'claimed %s times and never acked or nacked (last error: %s)',
+                v_message.claims, coalesce(v_message.last_error, 'none')
+            ),
+            4000
+        );
         update keel.outbox as o
         set
             state = 'dead',
             dead_at = p_now,
-            claimed_by = null,
-            last_error = coalesce(
-                o.last_error, 'every attempt was claimed and none was acked or nacked'
-            )
+            claimed_by = p_relay,
+            last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
         return null;
     end if;
@@ -43,7 +54,7 @@ begin
         claimed_by = p_relay,
         claimed_at = p_now,
         available_at = p_expires,
-        attempts = o.attempts + 1
+        claims = o.claims + 1
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id
     returning o.* into v_message;
     return v_message;
@@ -51,4 +62,4 @@ end;
 $$;
 
 comment on function keel.claim_locked_message(uuid, uuid, text, timestamptz, timestamptz) is
-'Grants a claim on an outbox row the caller has locked: a new random claim token, claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more attempt. A message whose attempts are all used goes dead instead, and null is returned. Not granted to any role.';
+'Grants a claim on an outbox row the caller has locked: a new random claim token, claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more unreported claim (claims). A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead, and null is returned. Not granted to any role.';

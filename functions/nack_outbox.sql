@@ -25,22 +25,27 @@ begin
     v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);
     perform keel.assert_outbox_claim(v_message, p_claim_token);
 
+    -- This failure is the attempt; the claim it ends is reported (claims back to 0).
     if coalesce(p_dead, false)
-        or v_message.attempts >= keel.outbox_max_attempts(v_message.topic) then
+        or v_message.attempts + 1 >= keel.outbox_max_attempts(v_message.topic) then
         update keel.outbox as o
         set
             state = 'dead',
             dead_at = v_now,
             claimed_by = null,
+            attempts = o.attempts + 1,
+            claims = 0,
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id
         returning o.* into v_message;
     else
-        v_available := v_now + keel.outbox_backoff(v_message.attempts);
+        v_available := v_now + keel.outbox_backoff(v_message.attempts + 1);
         update keel.outbox as o
         set
             available_at = v_available,
             claimed_by = null,
+            attempts = o.attempts + 1,
+            claims = 0,
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id
         returning o.* into v_message;
@@ -51,4 +56,4 @@ end;
 $$;
 
 comment on function keel.nack_outbox(uuid, uuid, bigint, text, boolean) is
-'Records a failed delivery: last_error = p_error (cut to 4000 characters; do not put secrets in it) and the claim ends. The message is dead (dead_at) when p_dead (a permanent refusal) or when its attempts reached the topic''s maximum (keel.outbox_topics, else settings.outbox_max_attempts); otherwise it is available again after keel.outbox_backoff(attempts) = random() * least(cap, base * 2^(attempts - 1)). A stale token raises outbox_claim_lost (55K08) and changes nothing. Needs no tenant context (G6).';
+'Records a failed delivery: attempts + 1, last_error = p_error (cut to 4000 characters; do not put secrets in it), claims back to 0, and the claim ends. The message is dead (dead_at) when p_dead (a permanent refusal) or when its attempts reach the topic''s maximum (keel.outbox_topics, else settings.outbox_max_attempts); otherwise it is available again after keel.outbox_backoff(attempts) = random() * least(cap, base * 2^(attempts - 1)). A stale token raises outbox_claim_lost (55K08) and changes nothing. Needs no tenant context (G6).';

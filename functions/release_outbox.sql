@@ -1,4 +1,5 @@
--- Outbox delivery (G6): a relay gives an unused claim back (shutting down).
+-- Outbox delivery (G6): a relay gives an unused claim back (shutting down, or the sink is
+-- unreachable: not the message's fault, so no attempt is spent).
 -- agentkeel:allow citus.require_tenant (keel_relay works across tenants and has no tenant context: the claim token, checked by keel.assert_outbox_claim, is its credential for this one message)
 -- agentkeel:allow citus.set_local_autocommit (in autocommit on Citus the delivery flag does not reach the shard: the lookup sees no row and raises message_not_found, never a silent success)
 -- agentkeel:allow citus.definer_result (returns void by contract: the relay reads nothing back, and a failed fence raises)
@@ -26,11 +27,11 @@ begin
     set
         available_at = v_now,
         claimed_by = null,
-        attempts = greatest(o.attempts - 1, 0)
+        claims = greatest(o.claims - 1, 0)
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
     set local keel.outbox_delivery = off;
 end;
 $$;
 
 comment on function keel.release_outbox(uuid, uuid, bigint) is
-'Gives a claim back unused: the message is available now and the attempt its claim counted is returned. The claim token is not reset: the next claim gets a higher one. A stale token raises outbox_claim_lost (55K08) and changes nothing. Needs no tenant context (G6).';
+'Gives a claim back unused (the relay is stopping, or the sink is unreachable): the message is available now, its attempts unchanged, and the claim is taken off its unreported claims. The claim token is not reset: the next claim gets a higher one. A stale token raises outbox_claim_lost (55K08) and changes nothing. Needs no tenant context (G6).';

@@ -6,32 +6,11 @@ volatile
 security definer
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-    v_now timestamptz := clock_timestamp();
-    v_message keel.outbox;
 begin
     perform keel.require_tenant(p_tenant_id);
-    v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);
-    if v_message.state <> 'dead' then
-        raise exception using
-            errcode = '55K09',
-            message = format('outbox message %s is %s, not dead', p_message_id, v_message.state),
-            hint = 'Only a dead message can be replayed; a pending one is still being delivered.';
-    end if;
-
-    update keel.outbox as o
-    set
-        state = 'pending',
-        attempts = 0,
-        dead_at = null,
-        claimed_by = null,
-        available_at = v_now
-    where o.tenant_id = p_tenant_id and o.message_id = p_message_id
-    returning o.* into v_message;
-    perform pg_notify('keel_outbox', '');  -- a wake-up hint for relays; they poll too
-    return v_message;
+    return keel.replay_dead_message(p_tenant_id, p_message_id);
 end;
 $$;
 
 comment on function keel.replay_outbox(uuid, uuid) is
-'Puts a dead message of the tenant of the current context back to pending, available now, with attempts 0 and the SAME message_id, so consumers that already applied it still dedupe. last_error is kept until the next failure. Raises message_not_dead (55K09) for a pending or delivered message, message_not_found (42K08) for an unknown one (G6).';
+'Puts a dead message of the tenant of the current context back to pending, available now, with attempts 0, claims 0 and the SAME message_id, so consumers that already applied it still dedupe. last_error is kept until the next failure. Raises message_not_dead (55K09) for a pending or delivered message, message_not_found (42K08) for an unknown one (G6).';

@@ -115,23 +115,29 @@ keel.replay_outbox(uuid, uuid),
 keel.inbox_accept(uuid, text, uuid)
 to keel_app, keel_worker;
 
--- keel_relay: claims, acks, nacks and releases outbox messages of every tenant, and counts
--- them; nothing else (no table privilege, no tenant write function).
+-- keel_relay: claims, acks, nacks, releases and replays outbox messages of every tenant,
+-- and counts them; nothing else (no tenant write function).
 grant execute on function
 keel.claim_outbox(text, integer, interval, text),
 keel.ack_outbox(uuid, uuid, bigint),
 keel.nack_outbox(uuid, uuid, bigint, text, boolean),
 keel.release_outbox(uuid, uuid, bigint),
+keel.relay_replay_outbox(uuid, uuid),
 keel.outbox_status()
 to keel_relay;
 -- The per-message step of the relay's claim; on Citus its variant (SECURITY INVOKER)
 -- scans the metadata of every tenant's pending messages as the relay login (policy
 -- outbox_relay_scan): never payloads or headers.
 grant execute on function keel.claim_due_message(uuid, uuid, text, interval, text) to keel_relay;
+-- The delivery columns too (attempts, claims, last_error, dead_at): the relay logs the
+-- messages its claims found dead, and `agentkeel relay dead list` pages through them.
 grant select (
     tenant_id, message_id, topic, message_key, state, available_at, created_at, position,
-    claimed_by
+    claimed_by, attempts, claims, last_error, dead_at
 ) on keel.outbox to keel_relay;
+-- The delivery limits (outbox_max_unreported_claims): the relay checks a sink's duplicate
+-- window against them at start.
+grant select on keel.settings to keel_relay;
 
 -- Durable steps and checkpoints (G8): whoever acts on a task, fenced by its lease. The
 -- wrapped data keys are useless without the client's key provider; destroying them

@@ -113,7 +113,7 @@ async def _js(url: str, action: Callable[[Any], Any]) -> Any:
 
 def add_stream(url: str, name: str, prefix: str) -> None:
     async def act(js: Any) -> None:
-        await js.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=300.0)
+        await js.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=600.0)
 
     asyncio.run(_js(url, act))
 

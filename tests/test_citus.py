@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -367,6 +369,92 @@ def test_the_relay_delivers_without_a_notification(cluster, tmp_path: Path):
     assert result.returncode == 0, result.stderr
     delivered = [json.loads(line) for line in out.read_text().splitlines()]
     assert [m["task_id"] for m in delivered] == [str(task.task_id)]
+
+
+def test_a_message_that_crashes_the_relay_dies_alone_and_is_replayed_on_the_cluster(
+    cluster, tmp_path: Path
+):
+    """Issue 27 items 3 and 6 on the cluster, as the keel_relay login: after a crash the
+    relay claims each message again alone (keel.claim_due_message on its tenant's node),
+    the innocent one is delivered, the poison one dies by its unreported claims and the
+    relay logs it (a multi-shard read of the delivery columns); `relay dead list` finds it
+    and `relay dead replay` puts it back (keel.relay_replay_outbox, delegated)."""
+    app = cluster.keel("keel_app")
+    task = app.create_task(cluster.b, WORKFLOW, 1)
+    app.transition_task(
+        cluster.b,
+        task.task_id,
+        1,
+        "running",
+        outbox=[
+            {"topic": "citus.crash.ok", "payload": {"n": 1}},
+            {"topic": "citus.crash.poison", "payload": {"n": 2}},
+        ],
+    )
+    with psycopg.connect(cluster.admin, autocommit=True) as conn:
+        conn.execute(
+            "update keel.settings set value = '2' where setting = 'outbox_max_unreported_claims'"
+        )
+    relay_dsn = cluster.logins["keel_relay"]
+    out = tmp_path / "delivered.jsonl"
+    env = {**os.environ, "AGENTKEEL_RELAY_FAILPOINT": "poison=citus.crash.poison"}
+    runs = []
+    for _ in range(6):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "agentkeel.cli",
+                "relay",
+                "--dsn",
+                relay_dsn,
+                "--sink",
+                f"file:{out}",
+                "--once",
+                "--lease",
+                "1",
+                "--topic-prefix",
+                "citus.crash",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        runs.append(result)
+        if result.returncode == 0:
+            break
+        assert result.returncode == -9, result.stderr
+        time.sleep(1.3)
+    assert runs[-1].returncode == 0, runs[-1].stderr
+    delivered = [json.loads(line)["topic"] for line in out.read_text().splitlines()]
+    assert delivered == ["citus.crash.ok"]
+    deaths = [json.loads(line) for line in runs[-1].stderr.splitlines() if '"dead letter"' in line]
+    assert [(d["topic"], d["decided_by"]) for d in deaths] == [("citus.crash.poison", "claim")]
+
+    listed = run_agentkeel(
+        "relay", "dead", "list", "--dsn", relay_dsn, "--tenant", str(cluster.b), "--json"
+    )
+    assert listed.returncode == 0, listed.stderr
+    [dead] = json.loads(listed.stdout)["dead"]
+    assert (dead["topic"], dead["attempts"]) == ("citus.crash.poison", 0)
+    replayed = run_agentkeel(
+        "relay", "dead", "replay", "--dsn", relay_dsn, "--id", dead["message_id"], "--json"
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["replayed"] == [dead["message_id"]]
+    again = run_agentkeel(
+        "relay",
+        "--dsn",
+        relay_dsn,
+        "--sink",
+        f"file:{out}",
+        "--once",
+        "--topic-prefix",
+        "citus.crash",
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(out.read_text().splitlines()[-1])["message_id"] == dead["message_id"]
 
 
 def test_the_recoverer_takes_over_an_expired_lease(cluster):

@@ -259,6 +259,12 @@ MUTATIONS = {
         "G6",
         "test_a_live_claim_cannot_be_guessed_by_another_relay",
     ),
+    "G6: attempts_at_claim, a claim spends an attempt as it did before migration 0034": (
+        "claim_locked_message.sql",
+        [(r"claims = o\.claims \+ 1", "claims = o.claims + 1, attempts = o.attempts + 1", 1)],
+        "G6",
+        "test_a_crash_between_publish_and_ack_spends_no_attempt",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

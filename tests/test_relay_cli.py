@@ -95,13 +95,12 @@ def test_stdout_sink_and_json_logs(migrated_db):
 def test_status_counts_pending_and_dead_per_topic(migrated_db, tmp_path):
     box = Outbox.make(migrated_db)
     box.commit("status.a", [1, 2, 3])
-    box.commit("status.b", [1])
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
-        conn.execute("insert into keel.outbox_topics (topic, max_attempts) values ('status.b', 1)")
-    # status.b's only attempt fails: the file sink's path is a directory
-    failed = run_relay(
-        migrated_db, f"file:{tmp_path}", "--once", "--topic-prefix", "status.b", "--lease", "5"
-    )
+    box.commit("status.b", [{"status": 410}])
+    # status.b's only message is refused for good: dead at once
+    with http_receiver() as receiver:
+        failed = run_relay(
+            migrated_db, receiver.url, "--once", "--topic-prefix", "status.b", "--lease", "5"
+        )
     assert failed.returncode == 0, failed.stderr
     result = run_agentkeel("relay", "status", "--dsn", migrated_db, "--json")
     assert result.returncode == 0, result.stderr
@@ -350,3 +349,51 @@ def test_a_message_no_decoder_accepts_is_delivered_as_stored_and_stops_nothing(
             "select distinct state from keel.outbox where tenant_id = %s", (outbox.tenant,)
         ).fetchall()
     assert states == [("delivered",)]
+
+
+def test_relay_dead_lists_and_replays_dead_messages_of_every_tenant(migrated_db):
+    """As a keel_relay login: `relay dead list` shows the dead messages of two tenants
+    (no payload), filtered by tenant, topic or id; `replay` needs a filter or --all,
+    --dry-run changes nothing, and a replay puts them back under the same ids."""
+    first, second = Outbox.make(migrated_db), Outbox.make(migrated_db)
+    a = first.commit("dead.list", [{"status": 410}, {"status": 410}])
+    b = second.commit("dead.other", [{"status": 404}])
+    with http_receiver() as receiver:
+        delivered = run_relay(migrated_db, receiver.url, "--once")
+    assert delivered.returncode == 0, delivered.stderr
+    name = f"relay_ops_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(f"create role {name} login in role keel_relay")
+    try:
+        dsn = conninfo.make_conninfo(migrated_db, user=name)
+
+        def dead(*args: str) -> dict:
+            result = run_agentkeel("relay", "dead", *args, "--dsn", dsn, "--json")
+            assert result.returncode == 0, result.stderr
+            return json.loads(result.stdout)
+
+        listed = dead("list")["dead"]
+        assert sorted(m["message_id"] for m in listed) == sorted(a + b)
+        assert all("payload" not in m and m["last_error"].startswith("HTTP 4") for m in listed)
+        assert [m["message_id"] for m in dead("list", "--tenant", str(second.tenant))["dead"]] == b
+        assert len(dead("list", "--topic", "dead.list")["dead"]) == 2
+        assert [m["message_id"] for m in dead("list", "--id", a[1])["dead"]] == [a[1]]
+        assert len(dead("list", "--limit", "1")["dead"]) == 1
+
+        unnamed = run_agentkeel("relay", "dead", "replay", "--dsn", dsn)
+        assert unnamed.returncode == 2 and "--all" in unnamed.stderr
+        bad = run_agentkeel("relay", "dead", "list", "--dsn", dsn, "--tenant", "x")
+        assert bad.returncode == 2 and "not a uuid" in bad.stderr
+
+        dry = dead("replay", "--topic", "dead.list", "--dry-run")
+        assert (dry["dry_run"], sorted(dry["replayed"])) == (True, sorted(a))
+        assert first.states() == {"dead": 2}
+        done = dead("replay", "--topic", "dead.list")
+        assert sorted(done["replayed"]) == sorted(a) and done["no_longer_dead"] == 0
+        rows = first.rows()
+        assert [(r["state"], r["attempts"], r["claims"]) for r in rows] == [("pending", 0, 0)] * 2
+        assert second.states() == {"dead": 1}
+        assert dead("replay", "--all")["replayed"] == b
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(f"drop role {name}")

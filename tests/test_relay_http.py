@@ -1,6 +1,8 @@
 """The http(s):// sink against a real HTTP server on loopback: 2xx acks; any other 4xx is
-final (dead at once); 5xx, 408, 429 and timeouts are retried with backoff; every request
-carries Idempotency-Key = the message id."""
+final (dead at once); 500, 408 and timeouts are retried with backoff (an attempt each);
+502, 503, 504, 429 and a refused connection say the endpoint is unavailable: the claims
+are given back without spending an attempt; every request carries Idempotency-Key = the
+message id."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.relay import Config, parse_sink, run
 from agentkeel.relay.sinks import http_outcome
 from relay_services import Outbox, http_receiver
 
 FINAL = (400, 404, 410, 422)
-RETRIED = (500, 502, 503, 408, 429)
+RETRIED = (500, 408)
+UNAVAILABLE = (502, 503, 504, 429)
 ACKED = (200, 201, 202, 204)
 
 
@@ -27,9 +31,11 @@ ACKED = (200, 201, 202, 204)
         (400, "dead"),
         (499, "dead"),
         (408, "retry"),
-        (429, "retry"),
+        (429, "outage"),
         (500, "retry"),
-        (503, "retry"),
+        (502, "outage"),
+        (503, "outage"),
+        (504, "outage"),
         (302, "retry"),
         (100, "retry"),
     ],
@@ -65,20 +71,21 @@ def test_statuses_decide_ack_dead_or_retry(migrated_db):
                 parse_sink(receiver.url, timeout=2.0),
             )
         )
-    assert (stats.acked, stats.dead, stats.retried) == (4, 4, 6)
+    assert (stats.acked, stats.dead, stats.retried) == (4, 4, 3)
     rows = {str(r["message_id"]): r for r in box.rows()}
     for message_id, status in zip(sent, asked, strict=True):
         row = rows[message_id]
-        assert row["attempts"] == 1
-        if status in ACKED:
+        if status in ACKED:  # a claim is not an attempt: only failures count
             assert row["state"] == "delivered" and row["last_error"] is None
+            assert row["attempts"] == 0
         elif status in FINAL:
             assert row["state"] == "dead" and row["last_error"] == f"HTTP {status}"
+            assert row["attempts"] == 1
         else:  # retried later: pending, backing off, the failure recorded
             assert row["state"] == "pending" and row["claimed_by"] is None
             assert row["available_at"] >= row["claimed_at"]
             expected = "ReadTimeout" if status == "hang" else f"HTTP {status}"
-            assert expected in row["last_error"]
+            assert expected in row["last_error"] and row["attempts"] == 1
     # Each request named its message, as the Idempotency-Key and in the body.
     assert len(receiver.requests) == len(asked)
     for headers, body in receiver.requests:
@@ -87,16 +94,38 @@ def test_statuses_decide_ack_dead_or_retry(migrated_db):
     assert {body["message_id"] for _, body in receiver.requests} == set(sent)
 
 
-def test_a_refused_connection_is_retried(migrated_db):
-    slow_backoff(migrated_db)
+def once_against(dsn: str, url: str) -> AgentkeelError:
+    """`--once` against an endpoint that is down: the error it exits with."""
+    with pytest.raises(AgentkeelError) as info:
+        config = Config(dsn=dsn, once=True, handle_signals=False, concurrency=1)
+        asyncio.run(run(config, parse_sink(url, 1.0)))
+    return info.value
+
+
+@pytest.mark.parametrize("status", UNAVAILABLE)
+def test_an_unavailable_endpoint_spends_no_attempt_and_once_exits_non_zero(migrated_db, status):
+    """Fails on the code before this change: 502, 503 and 429 were retried, an attempt each,
+    and --once exited 0 having delivered nothing."""
+    box = Outbox.make(migrated_db)
+    box.commit("hook.busy", [{"status": status}, {"status": 200}])
+    with http_receiver() as receiver:
+        error = once_against(migrated_db, receiver.url)
+        assert len(receiver.requests) == 1  # the rest of the batch was not tried
+    assert error.code == ExitCode.CONNECTION
+    assert f"HTTP {status}" in str(error) and "0 delivered" in str(error)
+    for row in box.rows():
+        assert (row["state"], row["attempts"], row["claims"]) == ("pending", 0, 0)
+        assert row["claimed_by"] is None and row["last_error"] is None
+
+
+def test_a_refused_connection_spends_no_attempt(migrated_db):
     box = Outbox.make(migrated_db)
     box.commit("hook.down", [{"n": 1}])
     with http_receiver() as receiver:
         url = receiver.url
     # the receiver is gone: nothing listens on its port any more
-    stats = asyncio.run(
-        run(Config(dsn=migrated_db, once=True, handle_signals=False), parse_sink(url, 1.0))
-    )
-    assert (stats.acked, stats.retried) == (0, 1)
+    error = once_against(migrated_db, url)
+    assert error.code == ExitCode.CONNECTION and "cannot connect" in str(error)
     [row] = box.rows()
-    assert row["state"] == "pending" and "ConnectError" in row["last_error"]
+    assert (row["state"], row["attempts"], row["claims"]) == ("pending", 0, 0)
+    assert not row["backing_off"]

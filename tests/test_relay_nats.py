@@ -5,11 +5,11 @@ the broker down, then back: nothing lost, the backoff visible in the database.""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter
 
-import psycopg
 import pytest
 
 from relay_services import (
@@ -65,14 +65,12 @@ def test_a_relay_killed_at_each_failpoint_leaves_exactly_one_copy_in_the_stream(
     assert box.states() == {"delivered": 12}
 
 
-def test_the_broker_down_then_back_loses_nothing_and_the_backoff_shows(migrated_db, tmp_path):
+def test_the_broker_down_then_back_loses_nothing_and_spends_no_attempt(migrated_db, tmp_path):
+    """With the broker down the relay claims, finds it unreachable, gives the claims back
+    and pauses: no attempt is spent, nothing goes dead; once it is back, everything is
+    delivered. Fails on the code before this change (every message spent attempts, one per
+    claim, and went dead after the maximum)."""
     nats_binary()
-    with psycopg.connect(migrated_db, autocommit=True) as conn:  # a short backoff, capped at 1 s
-        conn.execute(
-            "update keel.settings set value = case setting when 'outbox_backoff_base'"
-            " then '100 milliseconds' else '1 second' end"
-            " where setting in ('outbox_backoff_base', 'outbox_backoff_cap')"
-        )
     server = NatsServer(tmp_path / "nats").start()
     box = Outbox.make(migrated_db)
     relay = None
@@ -90,21 +88,29 @@ def test_the_broker_down_then_back_loses_nothing_and_the_backoff_shows(migrated_
                 "--lease",
                 "5",
             )
-            # every message failed at least once, and waits out a backoff
+            # every message was claimed, and given back
             box.wait_for(
-                lambda rows: all(r["attempts"] >= 1 and r["last_error"] for r in rows),
+                lambda rows: all(r["claimed_at"] and r["claimed_by"] is None for r in rows),
                 timeout=30,
             )
             rows = box.rows()
-            assert all(r["state"] == "pending" for r in rows)
-            assert all("nats" in r["last_error"] for r in rows)
+            assert all(r["state"] == "pending" and r["attempts"] == 0 for r in rows)
+            assert all(r["last_error"] is None and not r["backing_off"] for r in rows)
             server.start()
             box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
             held = stream_messages(server.url, name)
             assert Counter(msg_id for msg_id, _ in held) == Counter(sent)
+            assert all(r["attempts"] == 0 for r in box.rows())
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=30)
+        assert relay.returncode == 0, stderr
+        events = [json.loads(line)["event"] for line in stderr.splitlines()]
+        assert "sink unreachable: claims given back without spending an attempt; pausing" in (
+            events
+        )
+        assert "sink reachable again" in events and "dead letter" not in events
     finally:
-        if relay is not None:
-            relay.send_signal(signal.SIGTERM)
-            _, stderr = relay.communicate(timeout=30)
-            assert relay.returncode == 0, stderr
+        if relay is not None and relay.poll() is None:
+            relay.kill()
+            relay.communicate(timeout=30)
         server.stop()

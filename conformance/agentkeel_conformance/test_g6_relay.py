@@ -8,14 +8,18 @@ database under test are never touched."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +35,15 @@ FAILPOINT_ENV = "AGENTKEEL_RELAY_FAILPOINT"
 LEASE = 1.0  # seconds: a killed relay's claims are due again this soon
 
 
-def relay(dsn: str, sink: Path, prefix: str, *args: str, failpoint: str | None = None):
-    """Run `agentkeel relay --once` to completion (or to its SIGKILL)."""
+def relay(dsn: str, sink: Path | str, prefix: str, *args: str, failpoint: str | None = None):
+    """Run `agentkeel relay --once` to completion (or to its SIGKILL); a Path is a file
+    sink, a string a sink URL."""
     env = dsn_env(dsn, drop=(FAILPOINT_ENV,))
     if failpoint:
         env[FAILPOINT_ENV] = failpoint
     command = [sys.executable, "-m", "agentkeel.cli", "relay"]
-    command += ["--sink", f"file:{sink}", "--topic-prefix", prefix, "--once"]
+    url = f"file:{sink}" if isinstance(sink, Path) else sink
+    command += ["--sink", url, "--topic-prefix", prefix, "--once"]
     command += ["--lease", str(LEASE), "--log-level", "warning", *args]
     if os.environ.get(NO_PREPARE_ENV):
         command.append("--no-prepare")
@@ -52,6 +58,30 @@ def delivered(sink: Path) -> list[dict[str, Any]]:
 
 def ids(records: list[dict[str, Any]]) -> list[str]:
     return [r["message_id"] for r in records]
+
+
+@contextlib.contextmanager
+def failing_endpoint(status: int) -> Iterator[str]:
+    """An HTTP endpoint on loopback that answers every POST with ``status``; its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def prefix() -> str:
@@ -266,9 +296,9 @@ def test_a_message_committed_after_a_later_id_is_still_delivered(
 def test_a_message_the_sink_keeps_failing_goes_dead_and_replays_under_the_same_id(
     keel, tenant, workflow, relay_dsn, tmp_path, connect
 ):
-    """A topic allowed one attempt; the relay's file sink cannot write (its path is a
-    directory): the message is dead with the error recorded, and listed; replayed, the next
-    relay delivers it under the same message id.
+    """A topic allowed one attempt; the relay's HTTP endpoint (on loopback) answers 500:
+    the message is dead with the error recorded, and listed; replayed, the next relay
+    delivers it under the same message id.
     No mutation: the dead-letter bookkeeping is SQL, planted against in its own tests."""
     topic_prefix = prefix()
     topic = f"{topic_prefix}.once"
@@ -280,9 +310,8 @@ def test_a_message_the_sink_keeps_failing_goes_dead_and_replays_under_the_same_i
     )
     try:
         [message] = commit_messages(keel, tenant, workflow, topic, 1)
-        unwritable = tmp_path / "a-directory"
-        unwritable.mkdir()
-        failed = relay(relay_dsn, unwritable, topic_prefix)
+        with failing_endpoint(500) as url:
+            failed = relay(relay_dsn, url, topic_prefix)
         assert failed.returncode == 0, failed.stderr
         assert "dead letter" in failed.stderr
         with Keel(keel.conn).transaction(tenant) as conn:
@@ -291,7 +320,7 @@ def test_a_message_the_sink_keeps_failing_goes_dead_and_replays_under_the_same_i
                 (tenant, topic),
             ).fetchall()
         assert [(str(d[0]), d[1]) for d in dead] == [(message, 1)]
-        assert str(unwritable) in dead[0][2]
+        assert dead[0][2] == "HTTP 500"
 
         with Keel(keel.conn).transaction(tenant) as conn:
             conn.execute("select keel.replay_outbox(%s, %s)", (tenant, message))

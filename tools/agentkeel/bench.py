@@ -154,7 +154,7 @@ async def _stream(nats_url: str, name: str, prefix: str, create: bool) -> None:
     try:
         js = nc.jetstream(timeout=10)
         if create:
-            await js.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=120.0)
+            await js.add_stream(name=name, subjects=[f"{prefix}.>"], duplicate_window=600.0)
         else:
             await js.delete_stream(name)
     finally:

@@ -745,7 +745,25 @@ def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[d
     type=click.FloatRange(0.01),
     help="Seconds a publish (NATS, HTTP) may take before it counts as failed.",
 )
-@click.option("--once", is_flag=True, help="Deliver what is due, then exit 0.")
+@click.option(
+    "--db-timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Seconds a database call may take before the connection is dropped and remade.",
+)
+@click.option(
+    "--status-interval",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds between status lines (delivered, retried, dead, pending, lag); 0: none.",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Deliver what is due, then exit 0; exit 6 if the sink cannot be reached.",
+)
 @click.option("--no-listen", is_flag=True, help="Poll only (no LISTEN keel_outbox).")
 @click.option(
     "--topic-prefix",
@@ -781,6 +799,8 @@ def relay(
     poll_interval: float,
     wake_cooldown: float,
     timeout: float,
+    db_timeout: float,
+    status_interval: float,
     once: bool,
     no_listen: bool,
     topic_prefix: str | None,
@@ -818,6 +838,8 @@ def relay(
         listen=not no_listen,
         topic_prefix=topic_prefix,
         prepare=not no_prepare,
+        db_timeout=db_timeout,
+        status_interval=status_interval,
     )
     if name:
         config.name = name
@@ -850,6 +872,128 @@ def relay_status(dsn: str | None, as_json: bool) -> None:
     out.print(table)
     if not topics:
         out.print("the outbox is empty")
+
+
+@relay.group("dead")
+def relay_dead() -> None:
+    """List or replay dead messages of every tenant (a keel_relay login; no payloads)."""
+
+
+def _dead_filter(tenant: str | None, topic: str | None, ids: tuple[str, ...]) -> Any:
+    import uuid
+
+    from agentkeel.relay.dead import Filter
+
+    def parse(value: str, what: str) -> uuid.UUID:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            fail(f"{what} {value!r} is not a uuid", ExitCode.USAGE)
+
+    return Filter(
+        tenant=None if tenant is None else parse(tenant, "--tenant"),
+        topic=topic,
+        ids=tuple(parse(i, "--id") for i in ids),
+    )
+
+
+dead_filters = [
+    click.option("--tenant", default=None, metavar="UUID", help="Only this tenant's."),
+    click.option("--topic", default=None, metavar="TOPIC", help="Only this topic's."),
+    click.option("--id", "ids", multiple=True, metavar="UUID", help="Only this message (repeat)."),
+]
+
+
+def with_dead_filters(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(dead_filters):
+        command = option(command)
+    return command
+
+
+@relay_dead.command("list")
+@dsn_option
+@with_dead_filters
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per message).")
+def relay_dead_list(
+    dsn: str | None,
+    tenant: str | None,
+    topic: str | None,
+    ids: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Dead messages, oldest death first: tenant, id, topic, attempts, claims, last error."""
+    from agentkeel.relay.dead import dead_messages
+
+    where = _dead_filter(tenant, topic, ids)
+    with connect_dsn(require_dsn(dsn)) as conn:
+        require_schema(conn)
+        found = list(dead_messages(conn, where, limit))
+    if as_json:
+        click.echo(json.dumps({"dead": [m.as_json() for m in found]}, indent=2))
+        return
+    table = Table("dead at", "tenant", "message", "topic", "attempts", "claims", "last error")
+    for m in found:
+        table.add_row(
+            m.dead_at.isoformat(timespec="seconds"),
+            str(m.tenant_id),
+            str(m.message_id),
+            m.topic,
+            str(m.attempts),
+            str(m.claims),
+            (m.last_error or "")[:120],
+        )
+    out.print(table)
+    out.print(
+        f"{len(found)} dead message(s)" + (f" (--limit {limit})" if len(found) == limit else "")
+    )
+
+
+@relay_dead.command("replay")
+@dsn_option
+@with_dead_filters
+@click.option("--all", "everything", is_flag=True, help="Every dead message (no filter).")
+@click.option("--dry-run", is_flag=True, help="Say what would be replayed; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def relay_dead_replay(
+    dsn: str | None,
+    tenant: str | None,
+    topic: str | None,
+    ids: tuple[str, ...],
+    everything: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Put dead messages back to pending under the same ids (attempts and claims 0), each
+    in its own transaction. Needs --tenant, --topic, --id or --all."""
+    from agentkeel.relay.dead import dead_messages, replay
+
+    where = _dead_filter(tenant, topic, ids)
+    if where.empty != everything:
+        fail(
+            "name what to replay with --tenant, --topic or --id, or pass --all (not both)",
+            ExitCode.USAGE,
+        )
+    replayed: list[str] = []
+    skipped = 0
+    with connect_dsn(require_dsn(dsn)) as conn:
+        require_schema(conn)
+        found = list(dead_messages(conn, where))
+        for m in found:
+            if dry_run or replay(conn, m):
+                replayed.append(str(m.message_id))
+            else:
+                skipped += 1
+    if as_json:
+        document = {"dry_run": dry_run, "replayed": replayed, "no_longer_dead": skipped}
+        click.echo(json.dumps(document, indent=2))
+        return
+    verb = "would replay" if dry_run else "replayed"
+    out.print(
+        f"{verb} {len(replayed)} dead message(s)"
+        + (f"; {skipped} no longer dead" if skipped else "")
+    )
 
 
 # -- bootstrap -------------------------------------------------------------------

@@ -190,6 +190,8 @@ class OutboxMessage:
     claimed_by: str | None
     claimed_at: datetime | None
     dead_at: datetime | None
+    # Claims since the last ack, nack or replay (migration 0034; 0 before it).
+    claims: int = 0
 
 
 @dataclass(frozen=True)
@@ -815,11 +817,20 @@ class Keel:
         )
 
     def replay_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID) -> OutboxMessage:
-        """A dead message back to pending, same message id, attempts 0."""
+        """A dead message back to pending, same message id, attempts and claims 0."""
         return self._one(
             "replay_outbox",
             OutboxMessage,
             tenant_id,
+            {"tenant_id": tenant_id, "message_id": message_id},
+        )
+
+    def relay_replay_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID) -> OutboxMessage:
+        """replay_outbox for a keel_relay login: any tenant's dead message, no context."""
+        return self._one(
+            "relay_replay_outbox",
+            OutboxMessage,
+            None,
             {"tenant_id": tenant_id, "message_id": message_id},
         )
 

@@ -40,7 +40,8 @@ class ExitCode(enum.IntEnum):
         3,
         "refused before anything ran: drift (an applied versioned file changed), a database "
         "newer than this agentkeel, a pending file older than an applied one (`migrate status` "
-        "reports it with this code too)",
+        "reports it with this code too), a JetStream duplicate window shorter than the relay's "
+        "lease",
     )
     DATABASE_ERROR = (
         4,
@@ -55,7 +56,7 @@ class ExitCode(enum.IntEnum):
     CONNECTION = (
         6,
         "cannot connect: unreachable host, refused or timed-out connection, wrong password, "
-        "no such role or database",
+        "no such role or database; `relay --once`: the sink could not be reached",
     )
     PERMISSION = (
         7,

@@ -5,14 +5,19 @@ crash at the worst moment loses nothing (G6).
 non-empty batch this process handles (default: the first). The points:
 
 - ``after_claim``: the claim committed; nothing published yet.
-- ``after_publish``: every publish of the batch finished (the sink confirmed them); no ack yet.
-- ``after_ack``: the ack statements ran in their transaction; the commit has not happened.
+- ``after_publish``: every publish of the batch (or of the group published together: a
+  message whose earlier claims ended with no report is published alone) finished, the
+  sink confirmed them; no ack yet.
+- ``after_ack``: the ack statements of that group ran in their transaction; no commit yet.
+- ``poison=TOPIC``: a message that crashes the relay: fires whenever a group about to be
+  published holds a message of TOPIC (every batch, not the Nth).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 
 from agentkeel.exitcodes import AgentkeelError, ExitCode
 
@@ -21,14 +26,17 @@ POINTS = ("after_claim", "after_publish", "after_ack")
 
 
 def parse(text: str) -> dict[str, int]:
-    """{point: batch number} from the variable's value; AgentkeelError(USAGE) when malformed."""
+    """{point: batch number} from the variable's value; AgentkeelError(USAGE) when malformed.
+    poison=TOPIC items are left out (poison_topics reads them)."""
     armed: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
+        if item.startswith("poison=") and len(item) > len("poison="):
+            continue
         point, _, nth = item.partition(":")
         if point not in POINTS or (nth and (not nth.isdigit() or int(nth) < 1)):
             raise AgentkeelError(
                 f"${ENV}: {item!r} is not a failpoint: expected one of {', '.join(POINTS)}, "
-                "optionally with :N (fire in the Nth batch, N >= 1)",
+                "optionally with :N (fire in the Nth batch, N >= 1), or poison=TOPIC",
                 ExitCode.USAGE,
             )
         armed[point] = int(nth) if nth else 1
@@ -39,7 +47,18 @@ class Failpoints:
     """The armed failpoints of this process (from the environment by default)."""
 
     def __init__(self, text: str | None = None) -> None:
-        self.armed = parse(os.environ.get(ENV, "") if text is None else text)
+        value = os.environ.get(ENV, "") if text is None else text
+        self.armed = parse(value)
+        self.poison = {
+            item.strip()[len("poison=") :]
+            for item in value.split(",")
+            if item.strip().startswith("poison=")
+        }
+
+    def publishing(self, topics: Iterable[str]) -> None:
+        """SIGKILL this process if a message about to be published is of a poison topic."""
+        if self.poison and not self.poison.isdisjoint(topics):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def hit(self, point: str, batch: int) -> None:
         """SIGKILL this process if ``point`` is armed for this batch number."""

@@ -12,7 +12,15 @@ transaction mode:
    lease ran out and another relay took the message) is logged and skipped.
 
 A crash anywhere re-delivers at most the messages of the batch in hand, with the same
-message id, once their lease runs out: delivery is at least once, never lost.
+message id, once their lease runs out: delivery is at least once, never lost. A crash
+spends no attempt (attempts are failed deliveries, nacks); a message whose earlier claims
+ended with no report is published alone, after the others of its batch are settled, so a
+message that crashes the relay cannot take the rest of its batch with it.
+When the sink cannot be reached (an ``outage`` outcome) the claims are given back without
+spending attempts and the relay pauses, doubling the pause up to ``outage_backoff_max``;
+with ``once`` it exits with ExitCode.CONNECTION instead.
+Every ``status_interval`` seconds it logs what it did and what waits (delivered, retried,
+dead, pending, lag, rate), and names each message a claim found dead.
 While a claim finds messages the relay claims again at once (per-key order often leaves a
 batch partly empty with more due). After an empty claim it waits for LISTEN keel_outbox (a
 hint transition_task sends) or ``poll_interval``, whichever comes first, and at least
@@ -30,10 +38,11 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -43,6 +52,7 @@ from agentkeel.relay.failpoints import Failpoints
 from agentkeel.relay.logs import LOGGER, log
 from agentkeel.relay.sinks import ACK, Message, Outcome, Sink
 
+T = TypeVar("T")
 CHANNEL = "keel_outbox"
 CLAIM_LOST = "55K08"
 
@@ -65,6 +75,10 @@ class Config:
     topic_prefix: str | None = None
     prepare: bool = True  # False: prepare_threshold=None (PgBouncer before 1.21)
     handle_signals: bool = True
+    # Seconds a database call may take before the connection is given up as frozen.
+    db_timeout: float = 60.0
+    status_interval: float = 60.0  # 0: no periodic status line
+    outage_backoff_max: float = 30.0
 
 
 @dataclass
@@ -76,6 +90,8 @@ class Stats:
     dead: int = 0
     released: int = 0
     claims_lost: int = 0
+    unreachable: int = 0  # claims given back because the sink could not be reached
+    reconnects: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -83,13 +99,54 @@ class Stats:
 
 # Payload and headers come back as JSON text: the relay forwards them as stored and never
 # decodes them (Message), so a value no decoder accepts cannot stop a batch.
-CLAIM = (
+CLAIMED = (
     "select c.tenant_id, c.message_id, c.topic, c.message_key, c.payload::text as payload,"
     " c.headers::text as headers, c.created_at, c.attempts, c.claim_token, c.task_id,"
-    " c.event_seq, c.position"
-    " from keel.claim_outbox(p_relay => %s, p_limit => %s, p_lease => %s,"
+    " c.event_seq, c.position, c.claims"
+)
+CLAIM = (
+    f"{CLAIMED} from keel.claim_outbox(p_relay => %s, p_limit => %s, p_lease => %s,"
     " p_topic_prefix => %s) as c"
 )
+# One message again, alone (a suspect: its earlier claims ended with no report).
+CLAIM_ONE = (
+    f"{CLAIMED} from keel.claim_due_message(p_tenant_id => %s, p_message_id => %s,"
+    " p_relay => %s, p_lease => %s, p_topic_prefix => %s) as c"
+)
+
+
+STARTUP = (
+    "select to_regprocedure('keel.claim_outbox(text, integer, interval, text)') is not null"
+    " as ok, exists (select 1 from pg_catalog.pg_attribute where attrelid ="
+    " to_regclass('keel.outbox') and attname = 'claims' and not attisdropped) as current,"
+    " pg_catalog.clock_timestamp() as now, pg_catalog.pg_backend_pid() as pid"
+)
+MAX_CLAIMS = (
+    "select coalesce(max(s.value::integer), 20) as max_claims from keel.settings as s"
+    " where s.setting = 'outbox_max_unreported_claims'"
+)
+
+# What waits, summed over topics (the periodic status line).
+STATUS = (
+    "select coalesce(sum(s.pending), 0) as pending, coalesce(sum(s.in_flight), 0) as in_flight,"
+    " max(s.oldest_pending_age) as lag from keel.outbox_status() as s"
+)
+
+# Messages this relay's claims marked dead (keel.claim_locked_message leaves the relay's
+# name in claimed_by), after the last one logged, a page at a time.
+DEATHS_PAGE = 500
+CLAIM_DEATHS = (
+    "select o.tenant_id, o.message_id, o.topic, o.attempts, o.last_error, o.dead_at"
+    " from keel.outbox as o where o.state = 'dead' and o.claimed_by = %s"
+    " and (o.dead_at, o.message_id) > (%s, %s) order by o.dead_at, o.message_id"
+    f" limit {DEATHS_PAGE}"
+)
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class DatabaseTimeout(Exception):
+    """A database call outlived Config.db_timeout; the connection was dropped."""
 
 
 class Relay:
@@ -103,6 +160,13 @@ class Relay:
         self.wake = asyncio.Event()
         self.conn: psycopg.AsyncConnection[dict[str, Any]] | None = None
         self.signals = 0
+        self.outage: str | None = None  # the sink's error while it cannot be reached
+        self.outage_pause = 0.0
+        self.reported = Stats()
+        self.reported_at = time.monotonic()
+        # (dead_at, message_id) of the last message this relay's claims marked dead, logged
+        self.deaths_after: tuple[Any, uuid.UUID] | None = None
+        self.max_claims = 20  # settings.outbox_max_unreported_claims, read at start
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -136,16 +200,106 @@ class Relay:
         pooled = await self._startup_checks(self.conn)
         await self.sink.open()
         listener: asyncio.Task[None] | None = None
-        if self.config.listen and not self.config.once:
-            if pooled:
-                log(
-                    self.logger,
-                    logging.INFO,
-                    "pooler detected: LISTEN needs a direct connection; polling",
-                    poll_interval=self.config.poll_interval,
-                )
-            else:
-                listener = asyncio.create_task(self._listen())
+        try:
+            window = await self._check_duplicate_window()
+            if self.config.listen and not self.config.once:
+                if pooled:
+                    log(
+                        self.logger,
+                        logging.INFO,
+                        "pooler detected: LISTEN needs a direct connection; polling",
+                        poll_interval=self.config.poll_interval,
+                    )
+                else:
+                    listener = asyncio.create_task(self._listen())
+            self._warn_slow_batches()
+            log(
+                self.logger,
+                logging.INFO,
+                "relay started",
+                relay=self.config.name,
+                sink=self.sink.url,
+                batch=self.config.batch,
+                concurrency=self.config.concurrency,
+                lease_s=self.config.lease.total_seconds(),
+                once=self.config.once,
+                topic_prefix=self.config.topic_prefix,
+                duplicate_window_s=window,
+            )
+            await self._loop()
+        finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await listener
+            with contextlib.suppress(psycopg.Error, OSError):
+                await self._log_claim_deaths()
+            await self.sink.close()
+            if self.conn is not None:
+                await self.conn.close()
+            if self.config.handle_signals:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+            log(self.logger, logging.INFO, "relay stopped", **self.stats.as_dict())
+        return self.stats
+
+    async def _startup_checks(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> bool:
+        """Refuse a database without the relay's functions (or older than this relay);
+        True when behind a pooler."""
+        cur = await conn.execute(STARTUP)
+        row = await cur.fetchone()
+        assert row is not None
+        if not row["ok"]:
+            raise AgentkeelError(
+                "the database has no keel.claim_outbox: the agentkeel schema (with the relay's "
+                "functions) is not installed; run `agentkeel migrate up` first",
+                ExitCode.SCHEMA_MISSING,
+            )
+        if not row["current"]:
+            raise AgentkeelError(
+                "the agentkeel schema is older than this relay (keel.outbox has no claims "
+                "column, migration 0034): run `agentkeel migrate up` first",
+                ExitCode.SCHEMA_MISSING,
+            )
+        self.deaths_after = (row["now"], ZERO_UUID)
+        pooled = bool(row["pid"] != conn.info.backend_pid)
+        cur = await conn.execute(MAX_CLAIMS)
+        limits = await cur.fetchone()
+        assert limits is not None
+        self.max_claims = int(limits["max_claims"])
+        return pooled
+
+    async def _check_duplicate_window(self) -> float | None:
+        """The sink's duplicate window (JetStream), checked against the re-deliveries the
+        claims allow: refused when one crash is enough to store a message twice, a warning
+        when a run of crashes is. None when the sink has none."""
+        window = await self.sink.duplicate_window()
+        if window is None:
+            return None
+        lease = self.config.lease.total_seconds()
+        if window < lease:
+            raise AgentkeelError(
+                f"the stream's duplicate window ({window:g}s) is shorter than the lease "
+                f"({lease:g}s): every message re-published after a relay crash would be stored "
+                "twice; raise the window (nats stream edit STREAM --dupe-window ...) or lower "
+                "--lease",
+                ExitCode.REFUSED,
+            )
+        if lease * self.max_claims > window:
+            log(
+                self.logger,
+                logging.WARNING,
+                "the stream's duplicate window is shorter than lease x outbox_max_unreported_"
+                "claims: a message re-published after more than window / lease relay crashes "
+                "in a row is stored again (consumers still dedupe by message_id)",
+                duplicate_window_s=window,
+                lease_s=lease,
+                max_unreported_claims=self.max_claims,
+                window_needed_s=lease * self.max_claims,
+            )
+        return window
+
+    def _warn_slow_batches(self) -> None:
         timeout = getattr(self.sink, "timeout", None)
         rounds = -(-self.config.batch // self.config.concurrency)
         if timeout is not None and rounds * timeout >= self.config.lease.total_seconds():
@@ -158,49 +312,6 @@ class Relay:
                 worst_case_publish_s=rounds * timeout,
                 lease_s=self.config.lease.total_seconds(),
             )
-        log(
-            self.logger,
-            logging.INFO,
-            "relay started",
-            relay=self.config.name,
-            sink=self.sink.url,
-            batch=self.config.batch,
-            concurrency=self.config.concurrency,
-            lease_s=self.config.lease.total_seconds(),
-            once=self.config.once,
-            topic_prefix=self.config.topic_prefix,
-        )
-        try:
-            await self._loop()
-        finally:
-            if listener is not None:
-                listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await listener
-            await self.sink.close()
-            if self.conn is not None:
-                await self.conn.close()
-            if self.config.handle_signals:
-                for signum in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(signum)
-        log(self.logger, logging.INFO, "relay stopped", **self.stats.as_dict())
-        return self.stats
-
-    async def _startup_checks(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> bool:
-        """Refuse a database without the relay's functions; True when behind a pooler."""
-        cur = await conn.execute(
-            "select to_regprocedure('keel.claim_outbox(text, integer, interval, text)')"
-            " is not null as ok, pg_catalog.pg_backend_pid() as pid"
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        if not row["ok"]:
-            raise AgentkeelError(
-                "the database has no keel.claim_outbox: the agentkeel schema (with the relay's "
-                "functions) is not installed; run `agentkeel migrate up` first",
-                ExitCode.SCHEMA_MISSING,
-            )
-        return bool(row["pid"] != conn.info.backend_pid)
 
     async def _listen(self) -> None:
         """Set the wake event on every NOTIFY keel_outbox. When the connection fails,
@@ -236,8 +347,12 @@ class Relay:
             self.wake.clear()
             try:
                 claimed = await self.cycle()
+                await self._report()
+                if backoff > 0.5:
+                    self.stats.reconnects += 1
+                    log(self.logger, logging.INFO, "reconnected")
                 backoff = 0.5
-            except psycopg.OperationalError as error:
+            except (psycopg.OperationalError, DatabaseTimeout) as error:
                 log(
                     self.logger,
                     logging.ERROR,
@@ -248,11 +363,31 @@ class Relay:
                 await self._reconnect(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
+            if self.outage is not None:
+                if self.config.once:
+                    raise AgentkeelError(
+                        f"the sink cannot be reached: {self.outage} "
+                        f"({self.stats.acked} delivered, {self.stats.unreachable} claims "
+                        "given back without spending an attempt)",
+                        ExitCode.CONNECTION,
+                    )
+                await self._sleep(self.outage_pause)
+                continue
             if claimed:
                 continue  # more may be due right now, also after a partial batch
             if self.config.once:
                 return
             await self._idle(time.monotonic())
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake at once when the relay is told to stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped(), seconds)
+
+    async def _stopped(self) -> None:
+        while not self.stopping:
+            await self.wake.wait()
+            self.wake.clear()
 
     async def _idle(self, claimed_at: float) -> None:
         """After an empty claim: wait for a NOTIFY or the poll interval, and at least
@@ -266,16 +401,92 @@ class Relay:
     async def _reconnect(self, delay: float) -> None:
         if self.conn is not None:
             with contextlib.suppress(Exception):
-                await self.conn.close()
+                await asyncio.wait_for(self.conn.close(), 5)
         self.conn = None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), delay)
+        await self._sleep(delay)
         if self.stopping:
             return
         try:
             self.conn = await self.connect()
         except psycopg.OperationalError as error:
             log(self.logger, logging.ERROR, "reconnect failed", error=str(error).strip())
+
+    async def _db(self, call: Awaitable[T]) -> T:
+        """A database call that gives up after db_timeout: a backend that stopped answering
+        (frozen, or waiting on a lock) is reported, and the connection is dropped."""
+        try:
+            return await asyncio.wait_for(call, self.config.db_timeout)
+        except TimeoutError:
+            if self.conn is not None:
+                self.conn.pgconn.finish()  # the socket only: nothing waits on the backend
+            raise DatabaseTimeout(
+                f"the database did not answer within {self.config.db_timeout:g}s"
+            ) from None
+
+    # -- what the relay reports ------------------------------------------------
+
+    async def _report(self) -> None:
+        """Every status_interval: one line of what was done since the last one and what
+        waits; then the messages claims found dead."""
+        now = time.monotonic()
+        interval = self.config.status_interval
+        if interval <= 0 or now - self.reported_at < interval or self.conn is None:
+            return
+        conn = self.conn
+        cur = await self._db(conn.execute(STATUS))
+        row = await cur.fetchone()
+        assert row is not None
+        done, before = self.stats, self.reported
+        seconds = now - self.reported_at
+        delivered = done.acked - before.acked
+        lag = row["lag"]
+        log(
+            self.logger,
+            logging.INFO,
+            "status",
+            delivered=delivered,
+            retried=done.retried - before.retried,
+            dead=done.dead - before.dead,
+            released=done.released - before.released,
+            unreachable=done.unreachable - before.unreachable,
+            claims_lost=done.claims_lost - before.claims_lost,
+            pending=int(row["pending"]),
+            in_flight=int(row["in_flight"]),
+            lag_s=None if lag is None else round(lag.total_seconds(), 3),
+            per_s=round(delivered / seconds, 1) if seconds > 0 else None,
+            seconds=round(seconds, 1),
+            sink="unreachable" if self.outage is not None else "ok",
+        )
+        self.reported = Stats(**self.stats.as_dict())
+        self.reported_at = now
+        await self._log_claim_deaths()
+
+    async def _log_claim_deaths(self) -> None:
+        """The messages this relay's claims marked dead (claimed over and over with no
+        report), one "dead letter" line each; the nacks' deaths are logged as they happen."""
+        if self.conn is None or self.conn.closed or self.deaths_after is None:
+            return
+        while True:
+            cur = await self._db(
+                self.conn.execute(CLAIM_DEATHS, (self.config.name, *self.deaths_after))
+            )
+            rows = await cur.fetchall()
+            for row in rows:
+                self.stats.dead += 1
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "dead letter",
+                    message_id=str(row["message_id"]),
+                    tenant_id=str(row["tenant_id"]),
+                    topic=row["topic"],
+                    attempts=row["attempts"],
+                    decided_by="claim",
+                    error=row["last_error"],
+                )
+                self.deaths_after = (row["dead_at"], row["message_id"])
+            if len(rows) < DEATHS_PAGE:
+                return
 
     # -- one batch ------------------------------------------------------------
 
@@ -288,11 +499,12 @@ class Relay:
         return [Message.from_row(row) for row in await cur.fetchall()]
 
     async def cycle(self) -> int:
-        """Claim, publish, settle one batch; the number of messages claimed."""
+        """Claim, publish, settle one batch; the number of messages claimed. Messages whose
+        earlier claims ended with no report are published alone, after the others."""
         if self.conn is None:
             self.conn = await self.connect()
         started = time.monotonic()
-        messages = await self.claim()
+        messages = await self._db(self.claim())
         if not messages:
             return 0
         self.stats.batches += 1
@@ -300,13 +512,45 @@ class Relay:
         batch = self.stats.batches
         self.failpoints.hit("after_claim", batch)
         claimed_at = time.monotonic()
-        outcomes = await self.sink.publish_batch(
-            messages, self.config.concurrency, lambda: self.stopping
+        fresh = [m for m in messages if m.claims <= 1]
+        suspects = sorted(
+            (m for m in messages if m.claims > 1),
+            key=lambda m: (m.claims, m.created_at, str(m.message_id)),
         )
-        self.failpoints.hit("after_publish", batch)
+        if suspects:
+            # Given back at once and claimed again one at a time, each when its turn comes:
+            # a crash then counts an unreported claim against the message being published
+            # and no other, so a message that crashes the relay dies alone.
+            await self._db(self._give_back(suspects))
+        outcomes: list[Outcome] = []
+        unreachable: str | None = None
+        if fresh:
+            outcomes += await self._deliver(fresh, batch)
+            unreachable = next((o.error for o in outcomes if o.kind == "outage"), None)
+        for suspect in suspects:
+            if self.stopping or unreachable is not None:
+                break
+            again = await self._db(self._claim_one(suspect))
+            if again is None:
+                continue  # delivered, dead, or taken by another relay meanwhile
+            log(
+                self.logger,
+                logging.INFO,
+                "publishing alone: earlier claims of this message ended with no ack or nack",
+                message_id=str(again.message_id),
+                tenant_id=str(again.tenant_id),
+                claims=again.claims,
+                max_unreported_claims=self.max_claims,
+            )
+            results = await self._deliver([again], batch)
+            outcomes += results
+            unreachable = next((o.error for o in results if o.kind == "outage"), None)
         published_at = time.monotonic()
-        await self.settle(messages, outcomes, batch)
-        counts = {k: sum(1 for o in outcomes if o.kind == k) for k in ("ack", "retry", "dead")}
+        self._track_outage(unreachable, any(o.kind == "ack" for o in outcomes))
+        counts = {
+            k: sum(1 for o in outcomes if o.kind == k)
+            for k in ("ack", "retry", "dead", "outage", "release")
+        }
         log(
             self.logger,
             logging.DEBUG if counts["ack"] == len(messages) else logging.WARNING,
@@ -315,13 +559,79 @@ class Relay:
             acked=counts["ack"],
             retried=counts["retry"],
             dead=counts["dead"],
-            released=len(messages) - sum(counts.values()),
+            unreachable=counts["outage"],
+            released=counts["release"],
+            given_back=len(messages) - len(outcomes),
             ms=round((time.monotonic() - started) * 1000, 1),
             claim_ms=round((claimed_at - started) * 1000, 1),
             publish_ms=round((published_at - claimed_at) * 1000, 1),
             error=next((o.error for o in outcomes if o.error), None),
         )
         return len(messages)
+
+    async def _deliver(self, group: Sequence[Message], batch: int) -> list[Outcome]:
+        """Publish a group of claimed messages together and settle them."""
+        self.failpoints.publishing(m.topic for m in group)
+        results = await self.sink.publish_batch(
+            group, self.config.concurrency, lambda: self.stopping
+        )
+        self.failpoints.hit("after_publish", batch)
+        await self._db(self.settle(group, results, batch))
+        return results
+
+    async def _give_back(self, messages: Sequence[Message]) -> None:
+        """Release claims not used yet, in one transaction; a claim lost meanwhile is
+        skipped (another relay has the message)."""
+        assert self.conn is not None
+        conn = self.conn
+        async with conn.transaction():
+            for m in messages:
+                try:
+                    async with conn.transaction():
+                        await conn.execute(
+                            "select keel.release_outbox(%s, %s, %s)",
+                            (m.tenant_id, m.message_id, m.claim_token),
+                        )
+                except psycopg.Error as error:
+                    if error.sqlstate != CLAIM_LOST:
+                        raise
+
+    async def _claim_one(self, message: Message) -> Message | None:
+        """Claim this message again, alone, if it is still due (keel.claim_due_message)."""
+        assert self.conn is not None
+        cur = await self.conn.execute(
+            CLAIM_ONE,
+            (
+                message.tenant_id,
+                message.message_id,
+                self.config.name,
+                self.config.lease,
+                self.config.topic_prefix,
+            ),
+        )
+        row = await cur.fetchone()
+        return None if row is None else Message.from_row(row)
+
+    def _track_outage(self, unreachable: str | None, delivered: bool) -> None:
+        """Start, lengthen or end the pause an unreachable sink calls for."""
+        if unreachable is not None:
+            first = self.outage is None
+            self.outage = unreachable
+            self.outage_pause = (
+                0.5 if first else min(self.outage_pause * 2, self.config.outage_backoff_max)
+            )
+            if first or self.outage_pause < self.config.outage_backoff_max:
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "sink unreachable: claims given back without spending an attempt; pausing",
+                    error=unreachable,
+                    retry_in_s=self.outage_pause,
+                )
+        elif delivered and self.outage is not None:
+            log(self.logger, logging.INFO, "sink reachable again", sink=self.sink.url)
+            self.outage = None
+            self.outage_pause = 0.0
 
     async def settle(
         self, messages: Sequence[Message], outcomes: Sequence[Outcome], batch: int
@@ -361,9 +671,12 @@ class Relay:
                 if outcome.kind == "ack":
                     await conn.execute("select keel.ack_outbox(%s, %s, %s)", ids)
                     self.stats.acked += 1
-                elif outcome.kind == "release":
+                elif outcome.kind in ("release", "outage"):
                     await conn.execute("select keel.release_outbox(%s, %s, %s)", ids)
-                    self.stats.released += 1
+                    if outcome.kind == "release":
+                        self.stats.released += 1
+                    else:
+                        self.stats.unreachable += 1
                 else:
                     cur = await conn.execute(
                         "select state, attempts from keel.nack_outbox(%s, %s, %s, %s, %s)",
@@ -380,6 +693,7 @@ class Relay:
                             tenant_id=str(message.tenant_id),
                             topic=message.topic,
                             attempts=row["attempts"],
+                            decided_by="nack",
                             error=outcome.error,
                         )
                     else:

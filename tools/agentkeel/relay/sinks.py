@@ -1,11 +1,16 @@
 """Where the relay delivers: NATS JetStream, an HTTP endpoint, a file of JSON lines, stdout.
 
 A sink turns each claimed message into an Outcome: ``ack`` once the destination confirmed
-it (JetStream's PubAck, a 2xx answer, the line fsynced), ``retry`` when it may work later
-(broker down, timeout, 5xx, 408, 429), ``dead`` when it never will (any other 4xx, a topic
-that makes no valid subject), ``release`` when the relay is stopping and the message was
-not sent. Every destination is given the message id to drop duplicates by: JetStream's
-``Nats-Msg-Id`` header, HTTP's ``Idempotency-Key``, the ``message_id`` of each record.
+it (JetStream's PubAck, a 2xx answer, the line fsynced); ``outage`` when the destination
+could not be reached or says it is unavailable (no connection, a broker that is down or has
+no stream for the subject, 502, 503, 504, 429, a file that cannot be written): not the
+message's fault, so the relay gives the claim back without spending an attempt and pauses;
+``retry`` when the destination took the message and failed it but may not next time (a
+timeout waiting for its answer, 500, 408, other broker errors): an attempt; ``dead`` when
+it never will (any other 4xx, a topic that makes no valid subject); ``release`` when the
+relay is stopping and the message was not sent. Every destination is given the message id
+to drop duplicates by: JetStream's ``Nats-Msg-Id`` header, HTTP's ``Idempotency-Key``, the
+``message_id`` of each record.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 from agentkeel.exitcodes import AgentkeelError, ExitCode
 
-Kind = Literal["ack", "retry", "dead", "release"]
+Kind = Literal["ack", "retry", "dead", "release", "outage"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,9 @@ class Message:
     task_id: uuid.UUID | None = None
     event_seq: int | None = None
     position: int | None = None
+    # Claims since the last report, this one included: more than 1 means earlier claims
+    # ended with no ack or nack (a relay crashed or lost its connection while delivering).
+    claims: int = 1
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Message:
@@ -64,6 +72,7 @@ class Message:
             task_id=row.get("task_id"),
             event_seq=row.get("event_seq"),
             position=row.get("position"),
+            claims=int(row.get("claims") or 1),
         )
 
     def body(self) -> bytes:
@@ -111,6 +120,11 @@ class Sink:
     async def close(self) -> None:
         """Release connections."""
 
+    async def duplicate_window(self) -> float | None:
+        """Seconds within which the destination drops a message id it has stored already,
+        or None when it keeps no such window (or it cannot be read now)."""
+        return None
+
     async def publish(self, message: Message) -> Outcome:
         raise NotImplementedError
 
@@ -118,17 +132,25 @@ class Sink:
         self, messages: Sequence[Message], concurrency: int, stopping: Callable[[], bool]
     ) -> list[Outcome]:
         """Publish up to ``concurrency`` at once. Once ``stopping()`` is true, messages not
-        yet started are released; those in flight finish."""
+        yet started are released; those in flight finish. Once one publish finds the
+        destination unreachable, the messages not yet started are not tried (the same
+        outage outcome): an outage costs one timeout per batch, not one per message."""
         gate = asyncio.Semaphore(max(1, concurrency))
+        outage: list[Outcome] = []
 
         async def one(message: Message) -> Outcome:
             async with gate:
                 if stopping():
                     return RELEASE
+                if outage:
+                    return outage[0]
                 try:
-                    return await self.publish(message)
+                    outcome = await self.publish(message)
                 except Exception as error:  # a sink bug or an unexpected failure: retry later
                     return Outcome("retry", _describe(error))
+                if outcome.kind == "outage":
+                    outage.append(outcome)
+                return outcome
 
         return list(await asyncio.gather(*(one(m) for m in messages)))
 
@@ -155,8 +177,8 @@ class FileSink(Sink):
         lines = b"".join(m.body() + b"\n" for m in messages)
         try:
             await asyncio.to_thread(self._write, lines)
-        except OSError as error:
-            failed = Outcome("retry", f"file {self.path}: {_describe(error)}")
+        except OSError as error:  # a full disk, a missing directory: never the message
+            failed = Outcome("outage", f"file {self.path}: {_describe(error)}")
             return [failed] * len(messages)
         return [ACK] * len(messages)
 
@@ -173,18 +195,22 @@ class StdoutSink(Sink):
             sys.stdout.buffer.write(b"".join(m.body() + b"\n" for m in messages))
             sys.stdout.buffer.flush()
         except OSError as error:
-            return [Outcome("retry", f"stdout: {_describe(error)}")] * len(messages)
+            return [Outcome("outage", f"stdout: {_describe(error)}")] * len(messages)
         return [ACK] * len(messages)
 
 
+# Answers that say the endpoint, not the message, is the trouble: pause, spend no attempt.
+UNAVAILABLE = frozenset({429, 502, 503, 504})
 # 4xx answers that mean "try again later"; every other 4xx is final.
-RETRYABLE_4XX = frozenset({408, 429})
+RETRYABLE_4XX = frozenset({408})
 
 
 def http_outcome(status: int) -> Outcome:
     """What an HTTP status means for a message."""
     if 200 <= status < 300:
         return ACK
+    if status in UNAVAILABLE:
+        return Outcome("outage", f"HTTP {status}")
     if 400 <= status < 500 and status not in RETRYABLE_4XX:
         return Outcome("dead", f"HTTP {status}")
     return Outcome("retry", f"HTTP {status}")
@@ -220,7 +246,10 @@ class HttpSink(Sink):
                     "Keel-Topic": message.topic,
                 },
             )
-        except httpx.HTTPError as error:  # timeouts, refused connections, protocol errors
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
+            # nothing reached the endpoint: it is down or unreachable
+            return Outcome("outage", f"{self.url}: cannot connect ({_describe(error)})")
+        except httpx.HTTPError as error:  # read timeouts, dropped answers, protocol errors
             return Outcome("retry", _describe(error))
         return http_outcome(response.status_code)
 
@@ -273,6 +302,19 @@ class NatsSink(Sink):
                 self.js = self.nc.jetstream(timeout=self.timeout)
         return self.js
 
+    async def duplicate_window(self) -> float | None:
+        """The duplicate window of the stream that captures this relay's subjects; None
+        when the broker cannot be reached now or no stream captures them (both are logged
+        as outages when the relay publishes)."""
+        try:
+            js = await self._connected()
+            name = await js.find_stream_name_by_subject(f"{self.prefix}.x")
+            info = await js.stream_info(name)
+        except Exception:
+            return None
+        window = info.config.duplicate_window
+        return None if window is None else float(window)
+
     async def close(self) -> None:
         if self.nc is not None and not self.nc.is_closed:
             # closing a connection to a broker that is gone may fail: nothing to do then
@@ -287,7 +329,10 @@ class NatsSink(Sink):
         try:
             await self._connected()
         except Exception as error:
-            return [Outcome("retry", f"nats: {_describe(error)}")] * len(messages)
+            unreachable = Outcome(
+                "outage", f"nats: cannot connect to {self.server} ({_describe(error)})"
+            )
+            return [unreachable] * len(messages)
         return await super().publish_batch(messages, concurrency, stopping)
 
     async def publish(self, message: Message) -> Outcome:
@@ -296,6 +341,8 @@ class NatsSink(Sink):
             return Outcome(
                 "dead", f"topic {message.topic!r} makes no valid NATS subject under {self.prefix}"
             )
+        import nats.errors
+
         try:
             js = await self._connected()
             await js.publish(
@@ -304,7 +351,15 @@ class NatsSink(Sink):
                 timeout=self.timeout,
                 headers={"Nats-Msg-Id": str(message.message_id)},
             )
-        except Exception as error:  # no responders, timeouts, disconnections, API errors
+        except nats.errors.NoRespondersError:
+            return Outcome(
+                "outage", f"nats: no stream captures {subject} (or JetStream is unavailable)"
+            )
+        except Exception as error:  # timeouts, disconnections, API errors
+            if self.nc is None or not self.nc.is_connected:
+                return Outcome(
+                    "outage", f"nats: connection to {self.server} lost ({_describe(error)})"
+                )
             return Outcome("retry", f"nats: {_describe(error)}")
         return ACK
 
