@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ def fresh_database(dsn: str) -> Iterator[str]:
                 "select citus_set_coordinator_host(%s, %s)", (coordinator.host, coordinator.port)
             )
             for worker in workers:
-                conn.execute("select citus_add_node(%s, %s)", (worker.host, worker.port))
+                add_node(conn, worker)
         yield target
     finally:
         for node in made:
@@ -104,6 +105,21 @@ def fresh_database(dsn: str) -> Iterator[str]:
                 conn.execute(
                     sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
                 )
+
+
+def add_node(conn: psycopg.Connection, worker: Node) -> None:
+    """citus_add_node, tried again while it fails with "failure on connection marked as
+    essential": adding a node copies every role onto it, and another test process that
+    creates or drops its roles on that worker at the same moment makes the copy fail. The
+    failed call adds nothing."""
+    for attempt in range(10):
+        try:
+            conn.execute("select citus_add_node(%s, %s)", (worker.host, worker.port))
+            return
+        except psycopg.errors.InternalError_ as error:
+            if "marked as essential" not in str(error) or attempt == 9:
+                raise
+            time.sleep(0.5)
 
 
 def drop_roles(dsn: str, names: list[str]) -> None:

@@ -16,6 +16,7 @@ from relay_services import (
     NatsServer,
     Outbox,
     any_nats,
+    free_port,
     nats_binary,
     run_relay,
     start_relay,
@@ -114,3 +115,17 @@ def test_the_broker_down_then_back_loses_nothing_and_spends_no_attempt(migrated_
             relay.kill()
             relay.communicate(timeout=30)
         server.stop()
+
+
+def test_once_against_a_broker_that_refuses_connections_says_so_and_exits_6(migrated_db):
+    """Before: `nats: TimeoutError`, exit 0, an attempt spent per message."""
+    box = Outbox.make(migrated_db)
+    box.commit("broker.refused", [{"n": 1}])
+    port = free_port()  # nothing listens on it
+    result = run_relay(migrated_db, f"nats://127.0.0.1:{port}/keel", "--once", "--timeout", "1")
+    assert result.returncode == 6, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("agentkeel: error: the sink cannot be reached"), last
+    assert f"cannot connect to nats://127.0.0.1:{port} (connection refused)" in last
+    [row] = box.rows()
+    assert (row["state"], row["attempts"], row["claims"]) == ("pending", 0, 0)

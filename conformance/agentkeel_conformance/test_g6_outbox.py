@@ -386,6 +386,77 @@ def test_per_key_ordering_holds_back_later_messages_of_a_key(
     assert claim_ids(r, prefix) == [k1_last]
 
 
+def test_a_dead_head_lets_its_key_flow_and_a_replayed_one_waits_behind_the_pending(
+    keel, tenant, workflow, relay, prefix
+):
+    """A key's head that goes dead no longer holds the key back: the next message is
+    claimable at once. Replayed while that one is in flight, the dead message waits behind
+    it and is claimable after its ack.
+    No mutation: key_head_not_promoted fails the race below first."""
+    t = f"{prefix}t"
+    first, second = write(keel, tenant, workflow, [{"topic": t, "key": "k"}] * 2)
+    r = relay()
+    [head] = r.claim_outbox("r", 10, LONG, prefix)
+    assert head.message_id == first
+    r.nack_outbox(tenant, first, head.claim_token, "HTTP 410", dead=True)
+    [nxt] = r.claim_outbox("r", 10, LONG, prefix)
+    assert nxt.message_id == second
+    keel.replay_outbox(tenant, first)
+    assert claim_ids(r, prefix) == []  # behind the message in flight
+    r.ack_outbox(tenant, second, nxt.claim_token)
+    [again] = r.claim_outbox("r", 10, LONG, prefix)
+    assert again.message_id == first
+    r.ack_outbox(tenant, first, again.claim_token)
+    assert claim_ids(r, prefix) == []
+
+
+def test_writers_and_a_relay_racing_on_one_key_leave_nothing_stuck(
+    keel, tenant, workflow, relay, prefix, connect
+):
+    """Four writers commit messages on one key (two per transition, on tasks of their
+    own) while a relay claims and acks: a claim never holds two messages of the key, each
+    transition's messages are delivered in position order, and once the writers are done
+    every message is delivered: none is left held behind a head that is gone.
+    Mutation: key_head_not_promoted."""
+    t = f"{prefix}t"
+    written: list[list[uuid.UUID]] = []
+    errors: list[BaseException] = []
+    writers_done = threading.Event()
+
+    def write_some() -> None:
+        try:
+            own = Keel(connect())
+            for _ in range(8):
+                written.append(write(own, tenant, workflow, [{"topic": t, "key": "hot"}] * 2))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write_some) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    r = relay()
+    delivered: list[uuid.UUID] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = writers_done.is_set()
+        batch = r.claim_outbox("r", 10, LONG, prefix)
+        assert len(batch) <= 1, f"two messages of one key claimed at once: {batch}"
+        for message in batch:
+            r.ack_outbox(tenant, message.message_id, message.claim_token)
+            delivered.append(message.message_id)
+        if not batch and done:
+            break
+        if not any(thread.is_alive() for thread in threads):
+            writers_done.set()
+    assert not errors, errors
+    expected = [m for pair in written for m in pair]
+    missing = set(expected) - set(delivered)
+    assert not missing, f"{len(missing)} of {len(expected)} messages stuck behind their key"
+    assert len(delivered) == len(expected) == 64
+    place = {m: i for i, m in enumerate(delivered)}
+    assert all(place[a] < place[b] for a, b in written)
+
+
 def test_four_concurrent_relays_never_share_a_claim_and_claim_everything(
     keel, tenant, workflow, relay, prefix
 ):

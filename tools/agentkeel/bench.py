@@ -141,6 +141,7 @@ class RelayMeasurement:
     messages: int
     seconds: float | None  # None: skipped
     note: str = ""
+    backlog: int = 0  # messages of another tenant held behind in-flight keys meanwhile
 
     @property
     def per_second(self) -> float | None:
@@ -174,6 +175,44 @@ def _enqueue(dsn: str, tenant: uuid.UUID, topic: str, messages: int) -> None:
         )
 
 
+BACKLOG_KEYS = 5
+
+
+def _hold_backlog(dsn: str, tenant: uuid.UUID, topic: str, messages: int) -> None:
+    """The backlog fixture: ``messages`` pending messages of another tenant on five keys,
+    older than everything the bench delivers, whose heads are in flight (claimed for an
+    hour by a relay that never reports back), so the rest are held behind them: what every
+    claim used to read through. Written as keel.transition_task leaves them (held, counted
+    in keel.outbox_keys)."""
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        with owner.transaction():
+            set_tenant_context(owner, tenant)
+            owner.execute(
+                "insert into keel.outbox (tenant_id, topic, message_key, payload, held,"
+                " created_at, available_at)"
+                " select %s, %s, 'key-' || (g %% %s), jsonb_build_object('n', g), g > %s,"
+                " now() - interval '1 hour' + g * interval '1 microsecond',"
+                " now() - interval '1 hour'"
+                " from generate_series(1, %s) as g",
+                (tenant, topic, BACKLOG_KEYS, BACKLOG_KEYS, messages),
+            )
+            for key in range(min(BACKLOG_KEYS, messages)):
+                owner.execute(
+                    "insert into keel.outbox_keys (tenant_id, message_key, pending)"
+                    " values (%s, %s, %s)",
+                    (
+                        tenant,
+                        f"key-{key}",
+                        len(range(key or BACKLOG_KEYS, messages + 1, BACKLOG_KEYS)),
+                    ),
+                )
+        owner.execute(
+            "select count(*) from keel.claim_outbox('agentkeel-bench-backlog', %s, '1 hour', %s)",
+            (BACKLOG_KEYS, topic),
+        )
+        owner.execute("analyze keel.outbox")
+
+
 def _drain(dsn: str, sink_url: str, batch: int, prefix: str) -> float:
     import asyncio
 
@@ -202,10 +241,12 @@ def run_relay_bench(
     messages: int = 1000,
     batches: tuple[int, ...] = (1, 100),
     nats_url: str = "nats://127.0.0.1:4222",
+    backlog: int = 0,
 ) -> list[RelayMeasurement]:
     """Relay throughput (messages claimed, published and acked per second) to a file and to
     NATS JetStream, at each batch size; removes what it made. NATS rows are skipped, with
-    the reason, when nothing answers at nats_url."""
+    the reason, when nothing answers at nats_url. With ``backlog``, the file cases run again
+    with that many messages of another tenant held behind in-flight keys."""
     import asyncio
     import logging
     import tempfile
@@ -214,18 +255,26 @@ def run_relay_bench(
     logging.getLogger("agentkeel.relay").setLevel(logging.WARNING)
     suffix = uuid.uuid4().hex[:8]
     prefix, stream = f"akbench-{suffix}", f"AKBENCH_{suffix}"
-    tenant = uuid.uuid4()
+    tenant, held = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(dsn, autocommit=True) as owner:
         Keel(owner).create_tenant("agentkeel-bench", tenant)
+        Keel(owner).create_tenant("agentkeel-bench-backlog", held)
     results: list[RelayMeasurement] = []
     try:
         with tempfile.TemporaryDirectory(prefix="agentkeel-bench-") as folder:
-            for batch in batches:
-                topic = f"{prefix}.file{batch}"
-                _enqueue(dsn, tenant, topic, messages)
-                sink = f"file:{Path(folder) / 'relay.jsonl'}"
-                seconds = _drain(dsn, sink, batch, topic)
-                results.append(RelayMeasurement("file (fsync per batch)", batch, messages, seconds))
+            for held_back in (0, backlog) if backlog else (0,):
+                if held_back:
+                    _hold_backlog(dsn, held, f"{prefix}-held", held_back)
+                for batch in batches:
+                    topic = f"{prefix}.file{batch}-{held_back}"
+                    _enqueue(dsn, tenant, topic, messages)
+                    sink = f"file:{Path(folder) / 'relay.jsonl'}"
+                    seconds = _drain(dsn, sink, batch, topic)
+                    results.append(
+                        RelayMeasurement(
+                            "file (fsync per batch)", batch, messages, seconds, backlog=held_back
+                        )
+                    )
         try:
             asyncio.run(_stream(nats_url, stream, prefix, create=True))
         except Exception as error:
@@ -246,3 +295,4 @@ def run_relay_bench(
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:
             _remove_tenant(owner, tenant)
+            _remove_tenant(owner, held)

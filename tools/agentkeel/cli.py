@@ -463,6 +463,14 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     help="relay: messages per case.",
 )
 @click.option(
+    "--backlog",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    metavar="N",
+    help="relay: also measure with N messages of another tenant held behind in-flight keys.",
+)
+@click.option(
     "--nats",
     "nats_url",
     default="nats://127.0.0.1:4222",
@@ -490,6 +498,7 @@ def bench(
     sustained: bool,
     rows: int,
     relay_messages: int,
+    backlog: int,
     nats_url: str,
     as_json: bool,
     plot_path: Path | None,
@@ -499,7 +508,8 @@ def bench(
     no row-level security and no fencing, alternating floor and keel runs. Reports ops/s,
     p50/p99 latency, the ratio to the floor and throughput per second. `--workload policy`
     measures what the tenant policy costs per statement and per row; `--workload relay` the
-    relay's messages per second to a file and to NATS JetStream, at batch 1 and 100."""
+    relay's messages per second to a file and to NATS JetStream, at batch 1 and 100 (with
+    `--backlog N`, to a file again while N messages are held behind in-flight keys)."""
     counts = _worker_counts(workers)
     chosen = list(workloads) or list(DEFAULT_WORKLOADS)
     if sustained:
@@ -520,7 +530,7 @@ def bench(
             document["policy"] = _bench_policy(target, rows, repeats, as_json)
             chosen.remove("policy")
         if "relay" in chosen:
-            document["relay"] = _bench_relay(target, relay_messages, nats_url, as_json)
+            document["relay"] = _bench_relay(target, relay_messages, nats_url, backlog, as_json)
             chosen.remove("relay")
         if not chosen:
             if as_json:
@@ -628,15 +638,18 @@ def _storage_table(summaries: list[Any]) -> Table:
     return table
 
 
-def _bench_relay(target: str, messages: int, nats_url: str, as_json: bool) -> list[dict[str, Any]]:
+def _bench_relay(
+    target: str, messages: int, nats_url: str, backlog: int, as_json: bool
+) -> list[dict[str, Any]]:
     """Measure the relay; print its table unless as_json. Returns the figures."""
     from agentkeel.bench import run_relay_bench
 
-    measured = run_relay_bench(target, messages=messages, nats_url=nats_url)
+    measured = run_relay_bench(target, messages=messages, nats_url=nats_url, backlog=backlog)
     figures = [
         {
             "sink": r.sink,
             "batch": r.batch,
+            "held_back": r.backlog,
             "messages": r.messages,
             "seconds": r.seconds,
             "per_second": r.per_second,
@@ -646,11 +659,14 @@ def _bench_relay(target: str, messages: int, nats_url: str, as_json: bool) -> li
     ]
     if as_json:
         return figures
-    table = Table("sink", "batch", "messages", "seconds", "messages/s", title="agentkeel relay")
+    table = Table(
+        "sink", "batch", "held back", "messages", "seconds", "messages/s", title="agentkeel relay"
+    )
     for r in measured:
         table.add_row(
             r.sink,
             str(r.batch),
+            f"{r.backlog:,}",
             f"{r.messages:,}",
             "" if r.seconds is None else f"{r.seconds:.2f}",
             r.note if r.per_second is None else f"{r.per_second:,.0f}",

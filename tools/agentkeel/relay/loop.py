@@ -472,21 +472,40 @@ class Relay:
             )
             rows = await cur.fetchall()
             for row in rows:
-                self.stats.dead += 1
-                log(
-                    self.logger,
-                    logging.WARNING,
-                    "dead letter",
-                    message_id=str(row["message_id"]),
-                    tenant_id=str(row["tenant_id"]),
-                    topic=row["topic"],
-                    attempts=row["attempts"],
-                    decided_by="claim",
-                    error=row["last_error"],
+                self._dead_letter(
+                    row["tenant_id"],
+                    row["message_id"],
+                    row["topic"],
+                    row["attempts"],
+                    "claim",
+                    row["last_error"],
                 )
                 self.deaths_after = (row["dead_at"], row["message_id"])
             if len(rows) < DEATHS_PAGE:
                 return
+
+    def _dead_letter(
+        self,
+        tenant_id: uuid.UUID,
+        message_id: uuid.UUID,
+        topic: str,
+        attempts: int,
+        decided_by: str,
+        error: str | None,
+    ) -> None:
+        """Count and log a message that went dead: by a nack, or by a claim."""
+        self.stats.dead += 1
+        log(
+            self.logger,
+            logging.WARNING,
+            "dead letter",
+            message_id=str(message_id),
+            tenant_id=str(tenant_id),
+            topic=topic,
+            attempts=attempts,
+            decided_by=decided_by,
+            error=error,
+        )
 
     # -- one batch ------------------------------------------------------------
 
@@ -684,17 +703,13 @@ class Relay:
                     )
                     row = await cur.fetchone()
                     if row is not None and row["state"] == "dead":
-                        self.stats.dead += 1
-                        log(
-                            self.logger,
-                            logging.WARNING,
-                            "dead letter",
-                            message_id=str(message.message_id),
-                            tenant_id=str(message.tenant_id),
-                            topic=message.topic,
-                            attempts=row["attempts"],
-                            decided_by="nack",
-                            error=outcome.error,
+                        self._dead_letter(
+                            message.tenant_id,
+                            message.message_id,
+                            message.topic,
+                            row["attempts"],
+                            "nack",
+                            outcome.error,
                         )
                     else:
                         self.stats.retried += 1

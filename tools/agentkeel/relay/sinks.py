@@ -302,6 +302,23 @@ class NatsSink(Sink):
                 self.js = self.nc.jetstream(timeout=self.timeout)
         return self.js
 
+    async def _why_unreachable(self) -> str | None:
+        """What a plain TCP connection to the server says: nats-py reports a refusal as a
+        timeout of its reconnect loop."""
+        parts = urlsplit(self.server)
+        try:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(parts.hostname, parts.port), self.timeout
+            )
+        except ConnectionRefusedError:
+            return "connection refused"
+        except TimeoutError:
+            return f"no answer within {self.timeout:g}s"
+        except OSError as error:
+            return _describe(error)
+        writer.close()
+        return None  # it accepts connections: the NATS handshake is what failed
+
     async def duplicate_window(self) -> float | None:
         """The duplicate window of the stream that captures this relay's subjects; None
         when the broker cannot be reached now or no stream captures them (both are logged
@@ -329,9 +346,8 @@ class NatsSink(Sink):
         try:
             await self._connected()
         except Exception as error:
-            unreachable = Outcome(
-                "outage", f"nats: cannot connect to {self.server} ({_describe(error)})"
-            )
+            why = await self._why_unreachable() or _describe(error)
+            unreachable = Outcome("outage", f"nats: cannot connect to {self.server} ({why})")
             return [unreachable] * len(messages)
         return await super().publish_batch(messages, concurrency, stopping)
 

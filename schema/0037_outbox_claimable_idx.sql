@@ -1,0 +1,10 @@
+-- agentkeel:no-transaction
+-- Outbox delivery (G6): the claim index holds the claimable messages only (pending, not
+-- held behind an earlier message of their key), so a claim reads no held-back backlog.
+-- Built without blocking the transitions that write the outbox; the index it replaces
+-- goes after it. A failed concurrent build leaves an INVALID index behind: drop it before
+-- running again.
+create index concurrently if not exists outbox_claimable_idx on keel.outbox (available_at)
+where state = 'pending' and not held;
+
+drop index concurrently if exists keel.outbox_pending_idx;
