@@ -20,8 +20,9 @@ begin
             hint = 'Only a dead message can be replayed; a pending one is still being delivered.';
     end if;
 
-    -- Behind the key's pending messages, if it has any: after them, not before. Decided
-    -- before the UPDATE, which on Citus may not call a volatile function.
+    -- Held while its key has a pending message: it waits for the key's current head and,
+    -- older than the rest, is promoted next. Decided before the UPDATE, which on Citus
+    -- may not call a volatile function.
     v_held := false;
     if v_message.message_key is not null then
         v_held := keel.outbox_key_enter(p_tenant_id, v_message.message_key);

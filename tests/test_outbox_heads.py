@@ -100,3 +100,56 @@ def test_the_upgrade_holds_all_but_the_oldest_pending_message_of_each_key(migrat
     }
     assert counts == {(a, "k", 3), (a, "j", 1), (b, "k", 2)}
     assert claimed == {made[(a, "k", 9)], made[(a, "j", 5)], made[(b, "k", 4)], made[(b, None, 2)]}
+
+
+def test_a_held_message_that_leaves_does_not_make_a_second_head(migrated_db):
+    """A message claimed before migration 0036 can be held by it while the oldest message of
+    its key stays pending: its ack must not promote another one while that head is pending.
+    Fails without the head check in keel.outbox_key_leave (two claimable messages of a
+    key)."""
+    tenant = uuid.uuid4()
+    with psycopg.connect(migrated_db, autocommit=True) as su:
+        Keel(su).create_tenant("heads-c", tenant)
+        ids = []
+        with su.transaction():
+            set_tenant_context(su, tenant)
+            for ago, held in ((9, False), (8, True), (7, True)):
+                [message_id] = su.execute(
+                    "insert into keel.outbox (tenant_id, topic, message_key, payload, created_at,"
+                    " held) values (%s, 'heads.c', 'k', '{}', now() - %s, %s)"
+                    " returning message_id",
+                    (tenant, timedelta(minutes=ago), held),
+                ).fetchone()
+                ids.append(message_id)
+            su.execute(
+                "insert into keel.outbox_keys (tenant_id, message_key, pending)"
+                " values (%s, 'k', 3)",
+                (tenant,),
+            )
+            # the middle one is in flight, as a claim taken under the old rule leaves it
+            su.execute(
+                "update keel.outbox set claimed_by = 'old-relay', claim_token = 42, claims = 1,"
+                " available_at = now() + interval '1 hour' where message_id = %s",
+                (ids[1],),
+            )
+        su.execute("select keel.ack_outbox(%s, %s, 42)", (tenant, ids[1]))
+
+        def claimable() -> list[uuid.UUID]:
+            return [
+                r[0]
+                for r in su.execute(
+                    "select message_id from keel.outbox where tenant_id = %s"
+                    " and state = 'pending' and not held order by created_at",
+                    (tenant,),
+                )
+            ]
+
+        assert claimable() == [ids[0]]
+        [(token,)] = su.execute(
+            "select claim_token from keel.claim_outbox('new-relay', 10, '1 minute', 'heads.c')"
+        ).fetchall()
+        su.execute("select keel.ack_outbox(%s, %s, %s)", (tenant, ids[0], token))
+        assert claimable() == [ids[2]]
+        assert su.execute(
+            "select pending from keel.outbox_keys where tenant_id = %s", (tenant,)
+        ).fetchall() == [(1,)]

@@ -390,8 +390,8 @@ def test_a_dead_head_lets_its_key_flow_and_a_replayed_one_waits_behind_the_pendi
     keel, tenant, workflow, relay, prefix
 ):
     """A key's head that goes dead no longer holds the key back: the next message is
-    claimable at once. Replayed while that one is in flight, the dead message waits behind
-    it and is claimable after its ack.
+    claimable at once. Replayed while that one is in flight, the dead message waits for it
+    and is claimable after its ack.
     No mutation: key_head_not_promoted fails the race below first."""
     t = f"{prefix}t"
     first, second = write(keel, tenant, workflow, [{"topic": t, "key": "k"}] * 2)
