@@ -123,17 +123,19 @@ keel.ack_outbox(uuid, uuid, bigint),
 keel.nack_outbox(uuid, uuid, bigint, text, boolean),
 keel.release_outbox(uuid, uuid, bigint),
 keel.relay_replay_outbox(uuid, uuid),
-keel.outbox_status()
+keel.outbox_status(),
+keel.outbox_delivered(interval)
 to keel_relay;
 -- The per-message step of the relay's claim; on Citus its variant (SECURITY INVOKER)
 -- scans the metadata of every tenant's pending messages as the relay login (policy
 -- outbox_relay_scan): never payloads or headers.
 grant execute on function keel.claim_due_message(uuid, uuid, text, interval, text) to keel_relay;
--- The delivery columns too (attempts, claims, last_error, dead_at): the relay logs the
--- messages its claims found dead, and `agentkeel relay dead list` pages through them.
+-- The delivery columns too (attempts, claims, last_error, dead_at, delivered_at): the
+-- relay logs the messages its claims found dead, `agentkeel relay dead list` pages through
+-- them, and `agentkeel relay status` counts recent deliveries (keel.outbox_delivered).
 grant select (
     tenant_id, message_id, topic, message_key, state, available_at, created_at, position,
-    claimed_by, attempts, claims, last_error, dead_at, held
+    claimed_by, attempts, claims, last_error, dead_at, held, delivered_at
 ) on keel.outbox to keel_relay;
 -- The delivery limits (outbox_max_unreported_claims): the relay checks a sink's duplicate
 -- window against them at start.

@@ -455,6 +455,11 @@ def test_a_message_that_crashes_the_relay_dies_alone_and_is_replayed_on_the_clus
     )
     assert again.returncode == 0, again.stderr
     assert json.loads(out.read_text().splitlines()[-1])["message_id"] == dead["message_id"]
+    status = run_agentkeel("relay", "status", "--dsn", relay_dsn, "--json")
+    assert status.returncode == 0, status.stderr
+    topics = {t["topic"]: t for t in json.loads(status.stdout)["topics"]}
+    assert topics["citus.crash.ok"]["delivered_last_hour"] == 1
+    assert topics["citus.crash.poison"]["delivered_last_hour"] == 1
 
 
 def test_the_recoverer_takes_over_an_expired_lease(cluster):

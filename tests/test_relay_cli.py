@@ -102,14 +102,36 @@ def test_status_counts_pending_and_dead_per_topic(migrated_db, tmp_path):
             migrated_db, receiver.url, "--once", "--topic-prefix", "status.b", "--lease", "5"
         )
     assert failed.returncode == 0, failed.stderr
-    result = run_agentkeel("relay", "status", "--dsn", migrated_db, "--json")
-    assert result.returncode == 0, result.stderr
+    box.commit("status.c", [1, 2])
+    done = run_relay(
+        migrated_db, f"file:{tmp_path / 'c.jsonl'}", "--once", "--topic-prefix", "status.c"
+    )
+    assert done.returncode == 0, done.stderr
+    name = f"relay_status_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(f"create role {name} login in role keel_relay")
+    try:  # as the relay's own login: counts of every tenant, from the delivery columns
+        relay_dsn = conninfo.make_conninfo(migrated_db, user=name)
+        result = run_agentkeel("relay", "status", "--dsn", relay_dsn, "--json")
+        assert result.returncode == 0, result.stderr
+        table = run_agentkeel("relay", "status", "--dsn", relay_dsn)
+        assert table.returncode == 0 and "status.a" in table.stdout
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(f"drop role {name}")
     topics = {t["topic"]: t for t in json.loads(result.stdout)["topics"]}
     assert (topics["status.a"]["pending"], topics["status.a"]["dead"]) == (3, 0)
     assert topics["status.a"]["oldest_pending_age_s"] >= 0
+    assert topics["status.a"]["delivered_last_hour"] == 0
     assert (topics["status.b"]["pending"], topics["status.b"]["dead"]) == (0, 1)
-    table = run_agentkeel("relay", "status", "--dsn", migrated_db)
-    assert table.returncode == 0 and "status.a" in table.stdout
+    c = topics["status.c"]
+    assert (c["pending"], c["dead"], c["delivered_last_minute"], c["delivered_last_hour"]) == (
+        0,
+        0,
+        2,
+        2,
+    )
+    assert c["per_second_last_minute"] > 0
 
 
 def test_sigterm_finishes_the_publish_in_flight_acks_it_and_releases_the_rest(migrated_db):

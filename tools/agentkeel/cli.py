@@ -867,7 +867,8 @@ def relay(
 @dsn_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per topic).")
 def relay_status(dsn: str | None, as_json: bool) -> None:
-    """Pending, in flight, dead and the oldest pending age, per topic."""
+    """Pending, in flight, dead, the oldest pending age, and what was delivered in the last
+    minute and hour, per topic."""
     from agentkeel.relay.status import age_text, read_status
 
     with connect_dsn(require_dsn(dsn)) as conn:
@@ -876,7 +877,17 @@ def relay_status(dsn: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"topics": [t.as_json() for t in topics]}, indent=2))
         return
-    table = Table("topic", "pending", "in flight", "dead", "oldest pending", title="outbox")
+    table = Table(
+        "topic",
+        "pending",
+        "in flight",
+        "dead",
+        "oldest pending",
+        "delivered 1 min",
+        "delivered 1 h",
+        "per s",
+        title="outbox",
+    )
     for t in topics:
         table.add_row(
             t.topic,
@@ -884,6 +895,9 @@ def relay_status(dsn: str | None, as_json: bool) -> None:
             str(t.in_flight),
             f"[bold red]{t.dead}[/]" if t.dead else "0",
             age_text(t.oldest_pending_age),
+            f"{t.delivered_last_minute:,}",
+            f"{t.delivered_last_hour:,}",
+            f"{t.per_second:,.1f}",
         )
     out.print(table)
     if not topics:
