@@ -34,9 +34,6 @@ begin
         state = 'delivered',
         delivered_at = v_now
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
-    if v_message.message_key is not null then
-        perform keel.outbox_key_leave(p_tenant_id, v_message.message_key);
-    end if;
     set local keel.outbox_delivery = off;
 end;
 $$;

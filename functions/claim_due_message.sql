@@ -35,7 +35,18 @@ begin
         and o.state = 'pending'
         and o.available_at <= v_now
         and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
-        and not o.held  -- the head of its key (keel.outbox_key_enter)
+        and (
+            o.message_key is null
+            or not exists (
+                select 1
+                from keel.outbox as e
+                where e.tenant_id = p_tenant_id
+                    and e.message_key = o.message_key
+                    and e.state = 'pending'
+                    and (e.created_at, e.position, e.message_id)
+                    < (o.created_at, o.position, o.message_id)
+            )
+        )
     for update of o skip locked;
     if found then
         v_message := keel.claim_locked_message(p_tenant_id, p_message_id, p_relay, v_now, v_expires);

@@ -46,9 +46,6 @@ begin
             claimed_by = p_relay,
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
-        if v_message.message_key is not null then
-            perform keel.outbox_key_leave(p_tenant_id, v_message.message_key);
-        end if;
         return null;
     end if;
     update keel.outbox as o

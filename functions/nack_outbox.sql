@@ -38,9 +38,6 @@ begin
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id
         returning o.* into v_message;
-        if v_message.message_key is not null then
-            perform keel.outbox_key_leave(p_tenant_id, v_message.message_key);
-        end if;
     else
         v_available := v_now + keel.outbox_backoff(v_message.attempts + 1);
         update keel.outbox as o

@@ -10,7 +10,6 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_message keel.outbox;
-    v_held boolean;
 begin
     v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);
     if v_message.state <> 'dead' then
@@ -20,13 +19,6 @@ begin
             hint = 'Only a dead message can be replayed; a pending one is still being delivered.';
     end if;
 
-    -- Held while its key has a pending message: it waits for the key's current head and,
-    -- older than the rest, is promoted next. Decided before the UPDATE, which on Citus
-    -- may not call a volatile function.
-    v_held := false;
-    if v_message.message_key is not null then
-        v_held := keel.outbox_key_enter(p_tenant_id, v_message.message_key);
-    end if;
     update keel.outbox as o
     set
         state = 'pending',
@@ -34,8 +26,7 @@ begin
         claims = 0,
         dead_at = null,
         claimed_by = null,
-        available_at = v_now,
-        held = v_held
+        available_at = v_now
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id
     returning o.* into v_message;
     perform pg_notify('keel_outbox', '');  -- a wake-up hint for relays; they poll too

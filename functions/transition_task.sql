@@ -22,7 +22,6 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_held boolean;
     v_now timestamptz := clock_timestamp();
     v_actor text := session_user;  -- the login, whatever role the function runs as
     v_task keel.tasks;
@@ -144,21 +143,14 @@ begin
     v_position := 0;
     for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
         v_position := v_position + 1;
-        -- A keyed message waits behind a pending one of its key (keel.outbox_key_enter
-        -- takes the key's row lock: writers of one key commit one after the other). Decided
-        -- before the INSERT: Citus evaluates a function in VALUES on the coordinator.
-        v_held := false;
-        if v_message ->> 'key' is not null then
-            v_held := keel.outbox_key_enter(p_tenant_id, v_message ->> 'key');
-        end if;
         insert into keel.outbox (
             tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
-            available_at, created_at, held
+            available_at, created_at
         )
         values (
             p_tenant_id, p_task_id, v_seq, v_position, v_message ->> 'topic',
             v_message ->> 'key', coalesce(v_message -> 'payload', 'null'::jsonb),
-            coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now, v_held
+            coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now
         );
     end loop;
     if v_position > 0 then

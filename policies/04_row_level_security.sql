@@ -61,15 +61,6 @@ for update to keel_owner
 using (current_setting('keel.outbox_delivery', true) = 'on')
 with check (current_setting('keel.outbox_delivery', true) = 'on');
 
--- The per-key counts of pending messages (keel.outbox_keys) change with the relay's
--- writes too (an ack or a death makes the next message of a key its head), under the same
--- flag and for keel_owner (the functions) alone.
-drop policy if exists outbox_keys_delivery on keel.outbox_keys;
-create policy outbox_keys_delivery on keel.outbox_keys
-for all to keel_owner
-using (current_setting('keel.outbox_delivery', true) = 'on')
-with check (current_setting('keel.outbox_delivery', true) = 'on');
-
 -- Auditors read the history of every tenant.
 drop policy if exists task_events_auditor on keel.task_events;
 create policy task_events_auditor on keel.task_events

@@ -59,9 +59,18 @@ begin
             where o.state = 'pending'
                 and o.available_at <= v_now
                 and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
-                -- Per-key ordering: only a key's head is claimable (keel.outbox_key_leave
-                -- makes the next one claimable when the head is delivered or dead).
-                and not o.held
+                and (
+                    o.message_key is null
+                    or not exists (
+                        select 1
+                        from keel.outbox as e
+                        where e.tenant_id = o.tenant_id
+                            and e.message_key = o.message_key
+                            and e.state = 'pending'
+                            and (e.created_at, e.position, e.message_id)
+                            < (o.created_at, o.position, o.message_id)
+                    )
+                )
                 and (
                     (v_tie is null and o.available_at > v_after)
                     or (
