@@ -10,7 +10,7 @@ to keel_app, keel_worker, keel_relay, keel_agent, keel_auditor, keel_watchdog;
 
 -- Reads. Rows are filtered by the tenant_isolation policies.
 grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, keel.outbox,
-keel.outbox_keys, keel.inbox, keel.outbox_events
+keel.inbox, keel.outbox_events
 to keel_app, keel_worker;
 grant select on keel.task_events to keel_auditor;
 grant select on keel.workflows, keel.workflow_transitions, keel.workflow_states
@@ -135,7 +135,7 @@ grant execute on function keel.claim_due_message(uuid, uuid, text, interval, tex
 -- them, and `agentkeel relay status` counts recent deliveries (keel.outbox_delivered).
 grant select (
     tenant_id, message_id, topic, message_key, state, available_at, created_at, position,
-    claimed_by, attempts, claims, last_error, dead_at, held, delivered_at
+    claimed_by, attempts, claims, last_error, dead_at, delivered_at
 ) on keel.outbox to keel_relay;
 -- The delivery limits (outbox_max_unreported_claims): the relay checks a sink's duplicate
 -- window against them at start.

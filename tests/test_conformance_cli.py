@@ -265,12 +265,6 @@ MUTATIONS = {
         "G6",
         "test_a_crash_between_publish_and_ack_spends_no_attempt",
     ),
-    "G6: key_head_not_promoted, a key's next message stays held after its head is acked": (
-        "outbox_key_leave.sql",
-        [(r"set held = false", "set held = o.held", 1)],
-        "G6",
-        "test_writers_and_a_relay_racing_on_one_key_leave_nothing_stuck",
-    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

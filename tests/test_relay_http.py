@@ -129,3 +129,24 @@ def test_a_refused_connection_spends_no_attempt(migrated_db):
     [row] = box.rows()
     assert (row["state"], row["attempts"], row["claims"]) == ("pending", 0, 0)
     assert not row["backing_off"]
+
+
+def test_an_unavailable_answer_for_one_message_while_others_get_through_is_an_attempt(
+    migrated_db,
+):
+    """A 503 (or 429) for one message while the endpoint confirms others in the same cycle
+    is about that message: an attempt, with backoff, and no pause for everyone; only a
+    message never sent is given back. Before, it was an outage: the message was handed
+    out forever, attempts 0, and every tenant's delivery paused."""
+    slow_backoff(migrated_db)
+    box = Outbox.make(migrated_db)
+    [ok] = box.commit("hook.picky", [{"status": 200}])  # claimed first: due earlier
+    [refused] = box.commit("hook.picky", [{"status": 503}])
+    with http_receiver() as receiver:
+        config = Config(dsn=migrated_db, once=True, handle_signals=False, concurrency=1)
+        stats = asyncio.run(run(config, parse_sink(receiver.url, 1.0)))
+    assert (stats.acked, stats.retried, stats.unreachable) == (1, 1, 0)
+    rows = {str(r["message_id"]): r for r in box.rows()}
+    assert rows[ok]["state"] == "delivered"
+    assert (rows[refused]["state"], rows[refused]["attempts"]) == ("pending", 1)
+    assert rows[refused]["last_error"] == "HTTP 503" and rows[refused]["backing_off"]

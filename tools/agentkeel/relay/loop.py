@@ -232,7 +232,7 @@ class Relay:
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await listener
-            with contextlib.suppress(psycopg.Error, OSError):
+            with contextlib.suppress(psycopg.Error, OSError, DatabaseTimeout):
                 await self._log_claim_deaths()
             await self.sink.close()
             if self.conn is not None:
@@ -561,7 +561,8 @@ class Relay:
                 claims=again.claims,
                 max_unreported_claims=self.max_claims,
             )
-            results = await self._deliver([again], batch)
+            answered = any(o.kind == "ack" for o in outcomes)
+            results = await self._deliver([again], batch, answered)
             outcomes += results
             unreachable = next((o.error for o in results if o.kind == "outage"), None)
         published_at = time.monotonic()
@@ -588,12 +589,22 @@ class Relay:
         )
         return len(messages)
 
-    async def _deliver(self, group: Sequence[Message], batch: int) -> list[Outcome]:
-        """Publish a group of claimed messages together and settle them."""
+    async def _deliver(
+        self, group: Sequence[Message], batch: int, answered: bool = False
+    ) -> list[Outcome]:
+        """Publish a group of claimed messages together and settle them. An "unreachable"
+        answer for a message while the sink confirmed another one of this cycle (answered,
+        or an ack in the group) is about that message, not the sink: a failed attempt, so
+        a message the destination keeps refusing with 429 or 503 goes dead in the end
+        instead of pausing the relay for every tenant."""
         self.failpoints.publishing(m.topic for m in group)
         results = await self.sink.publish_batch(
             group, self.config.concurrency, lambda: self.stopping
         )
+        if answered or any(o.kind == "ack" for o in results):
+            results = [
+                Outcome("retry", o.error) if o.kind == "outage" and o.tried else o for o in results
+            ]
         self.failpoints.hit("after_publish", batch)
         await self._db(self.settle(group, results, batch))
         return results

@@ -2,9 +2,10 @@
 
 A sink turns each claimed message into an Outcome: ``ack`` once the destination confirmed
 it (JetStream's PubAck, a 2xx answer, the line fsynced); ``outage`` when the destination
-could not be reached or says it is unavailable (no connection, a broker that is down or has
-no stream for the subject, 502, 503, 504, 429, a file that cannot be written): not the
-message's fault, so the relay gives the claim back without spending an attempt and pauses;
+could not be reached or says it is unavailable (no connection, a broker that is down, 502,
+503, 504, 429, a file that cannot be written): not the message's fault, so the relay gives
+the claim back without spending an attempt and pauses (unless the destination confirmed
+another message of the same cycle: then it is an attempt);
 ``retry`` when the destination took the message and failed it but may not next time (a
 timeout waiting for its answer, 500, 408, other broker errors): an attempt; ``dead`` when
 it never will (any other 4xx, a topic that makes no valid subject); ``release`` when the
@@ -97,6 +98,7 @@ class Message:
 class Outcome:
     kind: Kind
     error: str | None = None
+    tried: bool = True  # False: not sent, because the sink was just found unreachable
 
 
 ACK = Outcome("ack")
@@ -143,7 +145,7 @@ class Sink:
                 if stopping():
                     return RELEASE
                 if outage:
-                    return outage[0]
+                    return Outcome("outage", outage[0].error, tried=False)
                 try:
                     outcome = await self.publish(message)
                 except Exception as error:  # a sink bug or an unexpected failure: retry later
@@ -321,8 +323,8 @@ class NatsSink(Sink):
 
     async def duplicate_window(self) -> float | None:
         """The duplicate window of the stream that captures this relay's subjects; None
-        when the broker cannot be reached now or no stream captures them (both are logged
-        as outages when the relay publishes)."""
+        when the broker cannot be reached now (an outage when the relay publishes) or no
+        stream captures them (then every publish fails, an attempt each)."""
         try:
             js = await self._connected()
             name = await js.find_stream_name_by_subject(f"{self.prefix}.x")
@@ -357,8 +359,6 @@ class NatsSink(Sink):
             return Outcome(
                 "dead", f"topic {message.topic!r} makes no valid NATS subject under {self.prefix}"
             )
-        import nats.errors
-
         try:
             js = await self._connected()
             await js.publish(
@@ -366,10 +366,6 @@ class NatsSink(Sink):
                 message.body(),
                 timeout=self.timeout,
                 headers={"Nats-Msg-Id": str(message.message_id)},
-            )
-        except nats.errors.NoRespondersError:
-            return Outcome(
-                "outage", f"nats: no stream captures {subject} (or JetStream is unavailable)"
             )
         except Exception as error:  # timeouts, disconnections, API errors
             if self.nc is None or not self.nc.is_connected:
