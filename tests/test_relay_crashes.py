@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from relay_services import Outbox, relay_command, relay_env, run_relay
+from relay_services import Outbox, http_receiver, relay_command, relay_env, run_relay
 
 LEASE = "1"  # seconds: a killed relay's claims expire quickly
 
@@ -172,3 +172,37 @@ def test_a_database_that_stops_answering_is_reported_and_reconnected(migrated_db
             wait_for_log(log, lambda seen: any(e["event"] == "reconnected" for e in seen))
         finally:
             stop(relay)
+
+
+def test_a_message_an_endpoint_alone_refuses_with_503_holds_up_no_one(migrated_db, tmp_path):
+    """The first message of the outbox is one the endpoint always answers 503 for: the
+    first claim takes that for an outage, but gives the refused message back after the
+    ones it did not send, so the next claim sends those first; once the endpoint has
+    confirmed one, the 503 is an attempt. Everything else is delivered, and the refused
+    message spends attempts toward its end instead of pausing the relay for good."""
+    box = Outbox.make(migrated_db)
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(
+            "update keel.settings set value = '1 hour' where setting = 'outbox_backoff_base'"
+        )
+    [refused] = box.commit("picky.hook", [{"status": 503}])
+    fine = box.commit("picky.hook", [{"n": n} for n in range(3)])
+    log = tmp_path / "relay.log"
+    with http_receiver() as receiver:
+        relay = start_logged(
+            migrated_db, receiver.url, log, "--concurrency", "1", "--poll-interval", "0.2"
+        )
+        try:
+            box.wait_for(
+                lambda rows: all(
+                    r["state"] == "delivered"
+                    if str(r["message_id"]) in fine
+                    else r["attempts"] == 1
+                    for r in rows
+                ),
+                timeout=60,
+            )
+        finally:
+            stop(relay)
+    row = {str(r["message_id"]): r for r in box.rows()}[refused]
+    assert (row["state"], row["last_error"]) == ("pending", "HTTP 503")

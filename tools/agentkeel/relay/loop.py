@@ -50,7 +50,7 @@ from psycopg.rows import dict_row
 from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.relay.failpoints import Failpoints
 from agentkeel.relay.logs import LOGGER, log
-from agentkeel.relay.sinks import ACK, Message, Outcome, Sink
+from agentkeel.relay.sinks import ACK, RELEASE, Message, Outcome, Sink
 
 T = TypeVar("T")
 CHANNEL = "keel_outbox"
@@ -602,8 +602,11 @@ class Relay:
             group, self.config.concurrency, lambda: self.stopping
         )
         if answered or any(o.kind == "ack" for o in results):
+            # the sink answers: a message it called unavailable spent an attempt; one not
+            # sent after that answer goes back, to be sent in the next claim
             results = [
-                Outcome("retry", o.error) if o.kind == "outage" and o.tried else o for o in results
+                o if o.kind != "outage" else Outcome("retry", o.error) if o.tried else RELEASE
+                for o in results
             ]
         self.failpoints.hit("after_publish", batch)
         await self._db(self.settle(group, results, batch))
@@ -674,7 +677,13 @@ class Relay:
         conn = self.conn
         pairs = list(zip(messages, outcomes, strict=True))
         acks = [m for m, o in pairs if o.kind == "ack"]
-        one_by_one = [(m, o) for m, o in pairs if o.kind != "ack"]
+        # A message the sink called unavailable is given back last, so it is due after the
+        # ones not sent: the next claim tries those first, and a message an endpoint alone
+        # refuses cannot stand at the head of every batch while the relay pauses.
+        one_by_one = sorted(
+            ((m, o) for m, o in pairs if o.kind != "ack"),
+            key=lambda pair: pair[1].kind == "outage" and pair[1].tried,
+        )
         async with conn.transaction():
             if acks:
                 try:
