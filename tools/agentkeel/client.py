@@ -190,7 +190,7 @@ class OutboxMessage:
     claimed_by: str | None
     claimed_at: datetime | None
     dead_at: datetime | None
-    # Claims since the last ack, nack or replay (migration 0034; 0 before it).
+    # Claims since the last nack or replay (migration 0034; 0 before it).
     claims: int = 0
 
 
