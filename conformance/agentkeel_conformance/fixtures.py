@@ -242,9 +242,11 @@ def make_tenant(
 
     def _make_tenant() -> uuid.UUID:
         tenant_id = uuid.uuid4()
+        # Listed before it exists: a Ctrl-C between the commit and the listing would leave
+        # it behind (deleting a tenant that was never made deletes nothing).
+        made.append(tenant_id)
         with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
             Keel(conn).create_tenant(f"{TENANT_PREFIX}{tenant_id.hex[:12]}", tenant_id)
-        made.append(tenant_id)
         return tenant_id
 
     yield _make_tenant

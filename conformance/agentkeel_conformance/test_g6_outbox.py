@@ -407,9 +407,9 @@ def test_writers_and_a_relay_racing_on_one_key_leave_nothing_stuck(
     """Four writers commit messages on one key (two per transition, on tasks of their
     own) while a relay claims and acks: a claim never holds two messages of the key, each
     transition's messages are delivered in position order, and once the writers are done
-    every message is delivered: none is left waiting behind a message that is gone.
-    No mutation: seen failing with the ordering clause removed (two messages of the key in
-    one claim); outbox_dropped covers the writes."""
+    every message is delivered: none is left waiting behind a message that is gone. Seen
+    failing with the ordering clause removed (two messages of the key in one claim).
+    No mutation: the ordering clause has no planted bug; outbox_dropped covers the writes."""
     t = f"{prefix}t"
     written: list[list[uuid.UUID]] = []
     errors: list[BaseException] = []
