@@ -65,7 +65,7 @@ def dead_messages(
     conn: psycopg.Connection[Any], where: Filter, limit: int | None = None
 ) -> Iterator[DeadMessage]:
     """The dead messages the filter names, oldest death first, a page at a time."""
-    after: tuple[Any, uuid.UUID] = (datetime.min.isoformat(), uuid.UUID(int=0))
+    after: tuple[Any, uuid.UUID] = ("-infinity", uuid.UUID(int=0))
     left = limit
     while left is None or left > 0:
         page = PAGE if left is None else min(PAGE, left)

@@ -25,12 +25,17 @@ ENV = "AGENTKEEL_RELAY_FAILPOINT"
 POINTS = ("after_claim", "after_publish", "after_ack")
 
 
-def parse(text: str) -> dict[str, int]:
-    """{point: batch number} from the variable's value; AgentkeelError(USAGE) when malformed.
-    poison=TOPIC items are left out (poison_topics reads them)."""
+POISON = "poison="
+
+
+def parse_all(text: str) -> tuple[dict[str, int], frozenset[str]]:
+    """({point: batch number}, poison topics) from the variable's value;
+    AgentkeelError(USAGE) when malformed."""
     armed: dict[str, int] = {}
+    poison: set[str] = set()
     for item in filter(None, (part.strip() for part in text.split(","))):
-        if item.startswith("poison=") and len(item) > len("poison="):
+        if item.startswith(POISON) and len(item) > len(POISON):
+            poison.add(item[len(POISON) :])
             continue
         point, _, nth = item.partition(":")
         if point not in POINTS or (nth and (not nth.isdigit() or int(nth) < 1)):
@@ -40,20 +45,19 @@ def parse(text: str) -> dict[str, int]:
                 ExitCode.USAGE,
             )
         armed[point] = int(nth) if nth else 1
-    return armed
+    return armed, frozenset(poison)
+
+
+def parse(text: str) -> dict[str, int]:
+    """{point: batch number} from the variable's value (poison topics left out)."""
+    return parse_all(text)[0]
 
 
 class Failpoints:
     """The armed failpoints of this process (from the environment by default)."""
 
     def __init__(self, text: str | None = None) -> None:
-        value = os.environ.get(ENV, "") if text is None else text
-        self.armed = parse(value)
-        self.poison = {
-            item.strip()[len("poison=") :]
-            for item in value.split(",")
-            if item.strip().startswith("poison=")
-        }
+        self.armed, self.poison = parse_all(os.environ.get(ENV, "") if text is None else text)
 
     def publishing(self, topics: Iterable[str]) -> None:
         """SIGKILL this process if a message about to be published is of a poison topic."""

@@ -145,6 +145,11 @@ CLAIM_DEATHS = (
 ZERO_UUID = uuid.UUID(int=0)
 
 
+def _outage(outcomes: Sequence[Outcome]) -> str | None:
+    """The error of the first outage outcome, if any: the sink could not be reached."""
+    return next((o.error for o in outcomes if o.kind == "outage"), None)
+
+
 class DatabaseTimeout(Exception):
     """A database call outlived Config.db_timeout; the connection was dropped."""
 
@@ -545,7 +550,7 @@ class Relay:
         unreachable: str | None = None
         if fresh:
             outcomes += await self._deliver(fresh, batch)
-            unreachable = next((o.error for o in outcomes if o.kind == "outage"), None)
+            unreachable = _outage(outcomes)
         for suspect in suspects:
             if self.stopping or unreachable is not None:
                 break
@@ -564,7 +569,7 @@ class Relay:
             answered = any(o.kind == "ack" for o in outcomes)
             results = await self._deliver([again], batch, answered)
             outcomes += results
-            unreachable = next((o.error for o in results if o.kind == "outage"), None)
+            unreachable = _outage(results)
         published_at = time.monotonic()
         self._track_outage(unreachable, any(o.kind == "ack" for o in outcomes))
         counts = {
@@ -602,15 +607,18 @@ class Relay:
             group, self.config.concurrency, lambda: self.stopping
         )
         if answered or any(o.kind == "ack" for o in results):
-            # the sink answers: a message it called unavailable spent an attempt; one not
-            # sent after that answer goes back, to be sent in the next claim
-            results = [
-                o if o.kind != "outage" else Outcome("retry", o.error) if o.tried else RELEASE
-                for o in results
-            ]
+            results = [self._sink_answered(o) for o in results]
         self.failpoints.hit("after_publish", batch)
         await self._db(self.settle(group, results, batch))
         return results
+
+    @staticmethod
+    def _sink_answered(outcome: Outcome) -> Outcome:
+        """An outage outcome once the sink has confirmed a message of this cycle: a message
+        it called unavailable spent an attempt; one not sent goes back for the next claim."""
+        if outcome.kind != "outage":
+            return outcome
+        return Outcome("retry", outcome.error) if outcome.tried else RELEASE
 
     async def _give_back(self, messages: Sequence[Message]) -> None:
         """Release claims not used yet, in one transaction; a claim lost meanwhile is
