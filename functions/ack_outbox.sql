@@ -34,6 +34,8 @@ begin
         state = 'delivered',
         delivered_at = v_now
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
+    -- The next message of its key, if held, may be claimed now.
+    perform keel.promote_outbox_head(p_tenant_id, v_message.message_key);
     set local keel.outbox_delivery = off;
 end;
 $$;

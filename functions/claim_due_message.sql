@@ -35,6 +35,7 @@ begin
         and o.state = 'pending'
         and o.available_at <= v_now
         and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+        and not o.held
         and (
             o.message_key is null
             or not exists (
@@ -59,4 +60,4 @@ end;
 $$;
 
 comment on function keel.claim_due_message(uuid, uuid, text, interval, text) is
-'Claims the outbox message for p_relay until now + p_lease, as keel.claim_outbox does (new claim_token, claimed_by, available_at = expiry, claims + 1; dead instead after settings.outbox_max_unreported_claims claims with no ack or nack), if it is still pending, due, of a topic starting with p_topic_prefix when given, and the oldest pending message of its key; returns no row otherwise or when another transaction holds it locked, and never waits. Needs no tenant context. The per-tenant step of the Citus variant of keel.claim_outbox (G6).';
+'Claims the outbox message for p_relay until now + p_lease, as keel.claim_outbox does (new claim_token, claimed_by, available_at = expiry, claims + 1; dead instead after settings.outbox_max_unreported_claims claims with no ack or nack), if it is still pending, due, of a topic starting with p_topic_prefix when given, not held, and the oldest pending message of its key; returns no row otherwise or when another transaction holds it locked, and never waits. Needs no tenant context. The per-tenant step of the Citus variant of keel.claim_outbox (G6).';

@@ -46,6 +46,7 @@ begin
             claimed_by = p_relay,
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
+        perform keel.promote_outbox_head(p_tenant_id, v_message.message_key);
         return null;
     end if;
     update keel.outbox as o

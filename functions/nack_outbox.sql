@@ -38,6 +38,7 @@ begin
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id
         returning o.* into v_message;
+        perform keel.promote_outbox_head(p_tenant_id, v_message.message_key);
     else
         v_available := v_now + keel.outbox_backoff(v_message.attempts + 1);
         update keel.outbox as o

@@ -26,7 +26,8 @@ begin
         claims = 0,
         dead_at = null,
         claimed_by = null,
-        available_at = v_now
+        available_at = v_now,
+        held = false  -- older than the rest of its key: the claim's per-key check orders it
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id
     returning o.* into v_message;
     perform pg_notify('keel_outbox', '');  -- a wake-up hint for relays; they poll too

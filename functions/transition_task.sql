@@ -22,6 +22,7 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    v_held boolean;
     v_now timestamptz := clock_timestamp();
     v_actor text := session_user;  -- the login, whatever role the function runs as
     v_task keel.tasks;
@@ -143,14 +144,25 @@ begin
     v_position := 0;
     for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
         v_position := v_position + 1;
+        -- A keyed message waits, held out of the claim index, behind a pending message of
+        -- its key that this statement sees (this call's earlier ones too). No lock: a
+        -- head retired meanwhile is caught by the relay's sweep (keel.promote_outbox_heads).
+        -- Decided before the INSERT: Citus evaluates a function in VALUES on the coordinator.
+        v_held := v_message ->> 'key' is not null and exists (
+            select 1
+            from keel.outbox as e
+            where e.tenant_id = p_tenant_id
+                and e.message_key = v_message ->> 'key'
+                and e.state = 'pending'
+        );
         insert into keel.outbox (
             tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
-            available_at, created_at
+            available_at, created_at, held
         )
         values (
             p_tenant_id, p_task_id, v_seq, v_position, v_message ->> 'topic',
             v_message ->> 'key', coalesce(v_message -> 'payload', 'null'::jsonb),
-            coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now
+            coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now, v_held
         );
     end loop;
     if v_position > 0 then

@@ -124,18 +124,22 @@ keel.nack_outbox(uuid, uuid, bigint, text, boolean),
 keel.release_outbox(uuid, uuid, bigint),
 keel.relay_replay_outbox(uuid, uuid),
 keel.outbox_status(),
-keel.outbox_delivered(interval)
+keel.outbox_delivered(interval),
+keel.promote_outbox_heads(uuid, text, integer)
 to keel_relay;
 -- The per-message step of the relay's claim; on Citus its variant (SECURITY INVOKER)
 -- scans the metadata of every tenant's pending messages as the relay login (policy
 -- outbox_relay_scan): never payloads or headers.
 grant execute on function keel.claim_due_message(uuid, uuid, text, interval, text) to keel_relay;
+-- The per-key step of the relay's sweep (keel.promote_outbox_heads), likewise.
+grant execute on function keel.promote_outbox_head(uuid, text) to keel_relay;
 -- The delivery columns too (attempts, claims, last_error, dead_at, delivered_at): the
 -- relay logs the messages its claims found dead, `agentkeel relay dead list` pages through
--- them, and `agentkeel relay status` counts recent deliveries (keel.outbox_delivered).
+-- them, and `agentkeel relay status` counts recent deliveries (keel.outbox_delivered);
+-- `held`: on Citus the sweep (keel.promote_outbox_heads) scans the held keys as the relay.
 grant select (
     tenant_id, message_id, topic, message_key, state, available_at, created_at, position,
-    claimed_by, attempts, claims, last_error, dead_at, delivered_at
+    claimed_by, attempts, claims, last_error, dead_at, delivered_at, held
 ) on keel.outbox to keel_relay;
 -- The delivery limits (outbox_max_unreported_claims): the relay checks a sink's duplicate
 -- window against them at start.

@@ -371,6 +371,78 @@ def test_the_relay_delivers_without_a_notification(cluster, tmp_path: Path):
     assert [m["task_id"] for m in delivered] == [str(task.task_id)]
 
 
+def test_held_messages_of_a_key_are_promoted_and_delivered_in_order_on_the_cluster(
+    cluster, tmp_path: Path
+):
+    """Issue 27 item 7 on the cluster: keyed messages behind a pending one are held
+    (transition_task on the tenant's node), the ack promotes the next (keel.ack_outbox
+    delegated), and a message written while its head was being acked, which that ack could
+    not see, is promoted by the relay's sweep (the Citus variant of
+    keel.promote_outbox_heads, as the keel_relay login) and delivered, in key order."""
+    prefix = f"citus.heads{uuid.uuid4().hex[:6]}"
+    app = cluster.keel("keel_app")
+    task = app.create_task(cluster.a, WORKFLOW, 1)
+    app.transition_task(
+        cluster.a,
+        task.task_id,
+        1,
+        "running",
+        outbox=[{"topic": f"{prefix}.k", "key": "k", "payload": {"n": n}} for n in (1, 2, 3)],
+    )
+
+    def flags() -> list[tuple[int, bool, str]]:
+        with psycopg.connect(cluster.admin, autocommit=True) as conn:
+            return [
+                (r[0], r[1], r[2])
+                for r in conn.execute(
+                    "select (payload ->> 'n')::int, held, state from keel.outbox"
+                    " where topic = %s order by created_at, position",
+                    (f"{prefix}.k",),
+                )
+            ]
+
+    assert flags() == [(1, False, "pending"), (2, True, "pending"), (3, True, "pending")]
+    with psycopg.connect(cluster.logins["keel_relay"], autocommit=True) as relay:
+        for n in (1, 2, 3):
+            [(message, token, payload)] = relay.execute(
+                "select message_id, claim_token, payload from"
+                " keel.claim_outbox('citus-heads', 10, '1 hour', %s)",
+                (prefix,),
+            ).fetchall()
+            assert payload == {"n": n}
+            if n < 3:
+                relay.execute("select keel.ack_outbox(%s, %s, %s)", (cluster.a, message, token))
+        # the race: a writer sees message 3 pending, the ack commits before the writer does
+        with psycopg.connect(cluster.logins["keel_app"], autocommit=True) as writer:
+            late = Keel(writer)
+            with writer.transaction():
+                task = late.create_task(cluster.a, WORKFLOW, 1)
+                late.transition_task(
+                    cluster.a,
+                    task.task_id,
+                    1,
+                    "running",
+                    outbox=[{"topic": f"{prefix}.k", "key": "k", "payload": {"n": 4}}],
+                )
+                relay.execute("select keel.ack_outbox(%s, %s, %s)", (cluster.a, message, token))
+    assert flags()[-1] == (4, True, "pending")
+    out = tmp_path / "delivered.jsonl"
+    result = run_agentkeel(
+        "relay",
+        "--dsn",
+        cluster.logins["keel_relay"],
+        "--sink",
+        f"file:{out}",
+        "--once",
+        "--topic-prefix",
+        prefix,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["payload"] for line in out.read_text().splitlines()] == [{"n": 4}]
+    assert [f[2] for f in flags()] == ["delivered"] * 4
+
+
 def test_a_message_that_crashes_the_relay_dies_alone_and_is_replayed_on_the_cluster(
     cluster, tmp_path: Path
 ):

@@ -265,6 +265,25 @@ MUTATIONS = {
         "G6",
         "test_a_crash_between_publish_and_ack_spends_no_attempt",
     ),
+    "G6: sweep_blind, the relay's sweep promotes no held message": (
+        "promote_outbox_heads.sql",
+        [(r"if keel\.promote_outbox_head\(last_tenant, last_key\) then", "if false then", 1)],
+        "G6",
+        "test_a_message_written_while_the_one_ahead_of_it_is_acked_is_claimed_after_the_sweep",
+    ),
+    "G6: claim_trusts_held, the claim takes every message not held, unchecked": (
+        "claim_outbox.sql",
+        [
+            (
+                r"and not o\.held\n            and \(\n                o\.message_key is null"
+                r".*?\)\n            \)\n",
+                "and not o.held\n",
+                1,
+            )
+        ],
+        "G6",
+        "test_two_first_messages_of_a_key_written_at_once_are_claimed_one_at_a_time",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

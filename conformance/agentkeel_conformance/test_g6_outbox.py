@@ -407,8 +407,10 @@ def test_writers_and_a_relay_racing_on_one_key_leave_nothing_stuck(
     """Four writers commit messages on one key (two per transition, on tasks of their
     own) while a relay claims and acks: a claim never holds two messages of the key, each
     transition's messages are delivered in position order, and once the writers are done
-    every message is delivered: none is left waiting behind a message that is gone. Seen
-    failing with the ordering clause removed (two messages of the key in one claim).
+    every message is delivered (the relay sweeping held messages when a claim finds
+    nothing, as `agentkeel relay` does): none is left waiting behind a message that is
+    gone. Seen failing with the ordering clause removed (two messages of the key in one
+    claim).
     No mutation: the ordering clause has no planted bug; outbox_dropped covers the writes."""
     t = f"{prefix}t"
     written: list[list[uuid.UUID]] = []
@@ -436,7 +438,7 @@ def test_writers_and_a_relay_racing_on_one_key_leave_nothing_stuck(
         for message in batch:
             r.ack_outbox(tenant, message.message_id, message.claim_token)
             delivered.append(message.message_id)
-        if not batch and done:
+        if not batch and r.sweep_outbox_heads() == 0 and done:
             break
         if not any(thread.is_alive() for thread in threads):
             writers_done.set()
@@ -447,6 +449,52 @@ def test_writers_and_a_relay_racing_on_one_key_leave_nothing_stuck(
     assert len(delivered) == len(expected) == 64
     place = {m: i for i, m in enumerate(delivered)}
     assert all(place[a] < place[b] for a, b in written)
+
+
+def test_a_message_written_while_the_one_ahead_of_it_is_acked_is_claimed_after_the_sweep(
+    keel, tenant, workflow, relay, prefix, connect
+):
+    """A writer sees the first message of its key pending and holds its own behind it;
+    the relay acks the first before the writer commits, so the ack cannot see the new
+    message to promote it. No lock orders the two (neither waits on the other): the
+    relay's sweep makes it claimable, and it is claimed.
+    Mutation: sweep_blind."""
+    t = f"{prefix}t"
+    [first] = write(keel, tenant, workflow, [{"topic": t, "key": "k"}])
+    r = relay()
+    [claimed] = r.claim_outbox("r", 10, LONG, prefix)
+    assert claimed.message_id == first
+    slow = Keel(connect())
+    with slow.transaction(tenant):
+        [late] = write(slow, tenant, workflow, [{"topic": t, "key": "k"}])
+        r.ack_outbox(tenant, first, claimed.claim_token)
+    assert row(keel.conn, tenant, late)["held"], "the writer saw the first message pending"
+    assert claim_ids(r, prefix) == []
+    assert r.sweep_outbox_heads() >= 1
+    assert claim_ids(r, prefix) == [late]
+
+
+def test_two_first_messages_of_a_key_written_at_once_are_claimed_one_at_a_time(
+    keel, tenant, workflow, relay, prefix, connect
+):
+    """Two writers each write the first message of a key in transactions open at once:
+    neither sees the other's, so neither is held. The claim still takes only the older
+    one, then the other once the first is acked.
+    Mutation: claim_trusts_held."""
+    t = f"{prefix}t"
+    one, two = Keel(connect()), Keel(connect())
+    with one.transaction(tenant):
+        [older] = write(one, tenant, workflow, [{"topic": t, "key": "k"}])
+        with two.transaction(tenant):
+            [newer] = write(two, tenant, workflow, [{"topic": t, "key": "k"}])
+    assert not row(keel.conn, tenant, older)["held"]
+    assert not row(keel.conn, tenant, newer)["held"]
+    r = relay()
+    [claimed] = r.claim_outbox("r", 10, LONG, prefix)
+    assert claimed.message_id == older
+    assert claim_ids(r, prefix) == []
+    r.ack_outbox(tenant, older, claimed.claim_token)
+    assert claim_ids(r, prefix) == [newer]
 
 
 def test_four_concurrent_relays_never_share_a_claim_and_claim_everything(

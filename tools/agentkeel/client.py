@@ -192,6 +192,19 @@ class OutboxMessage:
     dead_at: datetime | None
     # Claims since the last nack or replay (migration 0034; 0 before it).
     claims: int = 0
+    # Held behind an earlier pending message of its key (migration 0037; False before it).
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class OutboxSweep:
+    """One call of the relay's sweep (keel.promote_outbox_heads): keys looked at, heads
+    promoted, and the cursor for the next call (None once the last key was looked at)."""
+
+    keys: int
+    promoted: int
+    last_tenant: uuid.UUID | None
+    last_key: str | None
 
 
 @dataclass(frozen=True)
@@ -794,6 +807,36 @@ class Keel:
             conn.execute(
                 "select keel.release_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token)
             )
+
+    def promote_outbox_heads(
+        self,
+        after: tuple[uuid.UUID, str] | None = None,
+        keys: int | None = None,
+    ) -> OutboxSweep:
+        """The relay's sweep: make claimable each held message with nothing pending ahead
+        of it, for up to `keys` keys after the cursor `after` (tenant, key)."""
+        return self._one(
+            "promote_outbox_heads",
+            OutboxSweep,
+            None,
+            {},
+            {
+                "after_tenant": after[0] if after else None,
+                "after_key": after[1] if after else None,
+                "keys": keys,
+            },
+        )
+
+    def sweep_outbox_heads(self) -> int:
+        """The whole sweep, every key from the first (as `agentkeel relay --once` runs it
+        before it stops); the heads promoted."""
+        promoted, after = 0, None
+        while True:
+            sweep = self.promote_outbox_heads(after)
+            promoted += sweep.promoted
+            if sweep.last_tenant is None or sweep.last_key is None:
+                return promoted
+            after = (sweep.last_tenant, sweep.last_key)
 
     def outbox_status(self) -> list[OutboxStatus]:
         """Per topic across tenants: pending, in flight, dead, oldest pending age."""

@@ -26,6 +26,8 @@ set search_path = pg_catalog, pg_temp
 -- between statements: a pool of new connections per call (the default, up to 16 per
 -- worker, each with its TLS handshake) cost more than the scan.
 set "citus.max_adaptive_executor_pool_size" = 1
+-- As in the PostgreSQL function: no JIT compilation of a scan that reads a few entries.
+set jit = off
 as $$
 declare
     v_round integer := greatest(64, p_limit);
@@ -59,6 +61,7 @@ begin
             where o.state = 'pending'
                 and o.available_at <= v_now
                 and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+                and not o.held
                 and (
                     o.message_key is null
                     or not exists (
@@ -107,4 +110,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';

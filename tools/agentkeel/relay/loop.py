@@ -92,6 +92,7 @@ class Stats:
     claims_lost: int = 0
     unreachable: int = 0  # claims given back because the sink could not be reached
     reconnects: int = 0
+    promoted: int = 0  # held messages the sweep made claimable (no retirement saw them)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -118,9 +119,17 @@ CLAIM_ONE = (
 STARTUP = (
     "select to_regprocedure('keel.claim_outbox(text, integer, interval, text)') is not null"
     " as ok, exists (select 1 from pg_catalog.pg_attribute where attrelid ="
-    " to_regclass('keel.outbox') and attname = 'claims' and not attisdropped) as current,"
+    " to_regclass('keel.outbox') and attname = 'held' and not attisdropped) as current,"
     " pg_catalog.clock_timestamp() as now, pg_catalog.pg_backend_pid() as pid"
 )
+# The sweep over keys with held messages (keel.promote_outbox_heads): at most every
+# SWEEP_EVERY seconds, SWEEP_KEYS keys a call, on from where the last call stopped.
+SWEEP = (
+    "select s.keys, s.promoted, s.last_tenant, s.last_key"
+    " from keel.promote_outbox_heads(%s, %s, %s) as s"
+)
+SWEEP_EVERY = 2.0
+SWEEP_KEYS = 1000
 MAX_CLAIMS = (
     "select coalesce(max(s.value::integer), 20) as max_claims from keel.settings as s"
     " where s.setting = 'outbox_max_unreported_claims'"
@@ -172,6 +181,8 @@ class Relay:
         # (dead_at, message_id) of the last message this relay's claims marked dead, logged
         self.deaths_after: tuple[Any, uuid.UUID] | None = None
         self.max_claims = 20  # settings.outbox_max_unreported_claims, read at start
+        self.swept_at = -SWEEP_EVERY  # the first sweep runs at the first chance
+        self.sweep_after: tuple[uuid.UUID | None, str | None] = (None, None)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -262,8 +273,8 @@ class Relay:
             )
         if not row["current"]:
             raise AgentkeelError(
-                "the agentkeel schema is older than this relay (keel.outbox has no claims "
-                "column, migration 0034): run `agentkeel migrate up` first",
+                "the agentkeel schema is older than this relay (keel.outbox has no held "
+                "column, migration 0037): run `agentkeel migrate up` first",
                 ExitCode.SCHEMA_MISSING,
             )
         self.deaths_after = (row["now"], ZERO_UUID)
@@ -353,6 +364,8 @@ class Relay:
             try:
                 claimed = await self.cycle()
                 await self._report()
+                if await self._sweep(whole=self.config.once and not claimed):
+                    claimed = claimed or 1  # promoted heads are due: claim again at once
                 if backoff > 0.5:
                     self.stats.reconnects += 1
                     log(self.logger, logging.INFO, "reconnected")
@@ -428,6 +441,29 @@ class Relay:
                 f"the database did not answer within {self.config.db_timeout:g}s"
             ) from None
 
+    async def _sweep(self, whole: bool = False) -> int:
+        """Make claimable the held messages no retirement promoted (their writer committed
+        after their key's head was delivered, or the head was deleted): every SWEEP_EVERY
+        seconds, SWEEP_KEYS keys on from the last call; with ``whole``, every key now
+        (``once`` does it before it stops). The heads promoted."""
+        now = time.monotonic()
+        if self.conn is None or (not whole and now - self.swept_at < SWEEP_EVERY):
+            return 0
+        self.swept_at = now
+        if whole:
+            self.sweep_after = (None, None)
+        promoted = 0
+        while True:
+            cur = await self._db(self.conn.execute(SWEEP, (*self.sweep_after, SWEEP_KEYS)))
+            row = await cur.fetchone()
+            assert row is not None
+            promoted += int(row["promoted"])
+            self.sweep_after = (row["last_tenant"], row["last_key"])
+            if not whole or row["last_tenant"] is None:
+                break
+        self.stats.promoted += promoted
+        return promoted
+
     # -- what the relay reports ------------------------------------------------
 
     async def _report(self) -> None:
@@ -455,6 +491,7 @@ class Relay:
             released=done.released - before.released,
             unreachable=done.unreachable - before.unreachable,
             claims_lost=done.claims_lost - before.claims_lost,
+            promoted=done.promoted - before.promoted,
             pending=int(row["pending"]),
             in_flight=int(row["in_flight"]),
             lag_s=None if lag is None else round(lag.total_seconds(), 3),

@@ -1,0 +1,245 @@
+"""Per-key heads of the outbox (migrations 0037 and 0038): a keyed message written behind a
+pending message of its key is held out of the claim index, so a claim reads none of the
+backlog behind an in-flight message; the relay's sweep promotes the held messages no
+retirement saw. Nothing here waits on anybody: writers, acks and sweeps take no lock the
+others wait for."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg import conninfo, sql
+
+from agentkeel.client import Keel, set_tenant_context
+from agentkeel.sql_files import sql_root
+from relay_services import Outbox, run_relay
+
+BACKLOG = 5000
+TUPLES = (
+    "select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)"
+    " from pg_stat_xact_user_tables where relid = 'keel.outbox'::regclass"
+)
+
+
+def topic() -> str:
+    return f"heads{uuid.uuid4().hex[:8]}"
+
+
+def claim(conn: psycopg.Connection, prefix: str, limit: int = 100) -> list[tuple[uuid.UUID, int]]:
+    return [
+        (r[0], r[1])
+        for r in conn.execute(
+            "select message_id, claim_token from keel.claim_outbox('heads', %s, '1 hour', %s)",
+            (limit, prefix),
+        )
+    ]
+
+
+def held(ob: Outbox) -> dict[str, bool]:
+    return {str(r["message_id"]): r["held"] for r in ob.rows() if r["state"] == "pending"}
+
+
+def test_a_claim_reads_none_of_the_messages_held_behind_a_key(migrated_db):
+    """5,000 messages of two keys wait behind their keys' in-flight heads; claiming one
+    other message reads a few outbox rows, not the backlog. Fails on a schema whose claim
+    asks of every due message whether an earlier one of its key is pending (it reads every
+    held-back row: thousands of tuples)."""
+    ob, name = Outbox.make(migrated_db), topic()
+    for _ in range(5):
+        ob.commit(f"{name}.backlog", list(range(BACKLOG // 5)), keys=["a", "b"] * (BACKLOG // 10))
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        heads = claim(conn, f"{name}.backlog")
+        assert len(heads) == 2  # one per key; the rest wait behind them
+        ob.commit(f"{name}.other", [{"n": 1}])
+        conn.execute("analyze keel.outbox")
+        with conn.transaction():
+            before = conn.execute(TUPLES).fetchone()[0]
+            assert len(claim(conn, f"{name}.other")) == 1
+            read = conn.execute(TUPLES).fetchone()[0] - before
+    assert read < 100, f"the claim read {read} outbox rows with {BACKLOG - 2} held back"
+    assert sum(held(ob).values()) == BACKLOG - 2
+
+
+def test_a_message_written_while_its_head_is_acked_is_promoted_by_the_sweep(migrated_db):
+    """The writer sees the head pending and holds its message; the ack commits first and
+    cannot see the message yet. No lock orders the two, so the message is held with nothing
+    before it: the sweep makes it claimable, and per-key order holds."""
+    ob, name = Outbox.make(migrated_db), topic()
+    [head] = ob.commit(f"{name}.k", [{"n": 1}], keys=["k"])
+    with psycopg.connect(migrated_db, autocommit=True) as relay:
+        [(claimed, token)] = claim(relay, f"{name}.")
+        assert str(claimed) == head
+        # the writer's transaction stays open until the ack has committed
+        with psycopg.connect(migrated_db, autocommit=True) as writer, writer.transaction():
+            [late] = ob.commit(f"{name}.k", [{"n": 2}], conn=writer, keys=["k"])
+            relay.execute("select keel.ack_outbox(%s, %s, %s)", (ob.tenant, claimed, token))
+        assert held(ob) == {late: True}
+        assert claim(relay, f"{name}.") == []  # held: not in the claim index
+        assert Keel(relay).sweep_outbox_heads() >= 1  # the whole sweep, as --once runs it
+        assert held(ob) == {late: False}
+        assert [str(m) for m, _ in claim(relay, f"{name}.")] == [late]
+
+
+def test_the_relay_delivers_a_message_whose_head_was_deleted(migrated_db, tmp_path: Path):
+    """The owner deletes a key's pending head (its task, by cascade): no retirement
+    promotes the message behind it; `relay --once` sweeps before it stops and delivers it."""
+    ob, name = Outbox.make(migrated_db), topic()
+    ob.commit(f"{name}.k", [{"n": 1}], keys=["k"])
+    [second] = ob.commit(f"{name}.k", [{"n": 2}], keys=["k"])
+    with psycopg.connect(migrated_db, autocommit=True) as su, su.transaction():
+        set_tenant_context(su, ob.tenant)
+        su.execute("set local keel.purge = on")
+        su.execute(
+            "delete from keel.tasks where tenant_id = %s and task_id ="
+            " (select task_id from keel.outbox where tenant_id = %s and topic = %s"
+            " order by created_at limit 1)",
+            (ob.tenant, ob.tenant, f"{name}.k"),
+        )
+    assert held(ob) == {second: True}
+    sink = tmp_path / "out.jsonl"
+    done = run_relay(migrated_db, f"file:{sink}", "--once", "--topic-prefix", f"{name}.")
+    assert done.returncode == 0, done.stderr
+    assert second in sink.read_text()
+    assert held(ob) == {}
+
+
+def test_writers_and_acks_of_one_key_never_wait_on_each_other(migrated_db):
+    """A writer holds its transaction open after writing to a key (an agent thinking);
+    meanwhile the relay acks and claims that key's messages and the sweep runs. None of
+    them waits: each would block on a lock the writer held if one were taken."""
+    ob, name = Outbox.make(migrated_db), topic()
+    ob.commit(f"{name}.k", [{"n": 1}, {"n": 2}], keys=["k", "k"])
+    with (
+        psycopg.connect(migrated_db, autocommit=True) as writer,
+        psycopg.connect(migrated_db, autocommit=True) as relay,
+    ):
+        relay.execute("set statement_timeout = '20s'")
+        with writer.transaction():  # open while the relay works on the key
+            ob.commit(f"{name}.k", [{"n": 3}], conn=writer, keys=["k"])
+            for _ in range(2):
+                [(message, token)] = claim(relay, f"{name}.")
+                relay.execute("select keel.ack_outbox(%s, %s, %s)", (ob.tenant, message, token))
+            relay.execute("select * from keel.promote_outbox_heads()")
+            assert claim(relay, f"{name}.") == []  # the third is not committed yet
+        relay.execute("select * from keel.promote_outbox_heads()")
+        assert len(claim(relay, f"{name}.")) == 1
+
+
+def backfill() -> str:
+    """Migration 0037's DO block, as the file holds it."""
+    text = (sql_root() / "schema/0037_outbox_held.sql").read_text()
+    match = re.search(r"^do \$\$.*?^\$\$;", text, re.S | re.M)
+    assert match, "schema/0037_outbox_held.sql has no DO block"
+    return match.group(0)
+
+
+def test_the_upgrade_holds_all_but_the_oldest_pending_message_of_each_key(migrated_db):
+    """Run as a migrator login that is not a superuser (row-level security forced on the
+    outbox), migration 0037 keeps the oldest pending message of each key claimable and
+    holds the rest, so an upgraded backlog costs a claim nothing either."""
+    a, b = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(migrated_db, autocommit=True) as su:
+        keel = Keel(su)
+        keel.create_tenant("heads-a", a)
+        keel.create_tenant("heads-b", b)
+        rows = [  # (tenant, key, state, minutes ago)
+            (a, "k", "pending", 9),
+            (a, "k", "pending", 8),
+            (a, "k", "delivered", 10),
+            (a, "k", "pending", 7),
+            (a, "j", "pending", 5),
+            (b, "k", "pending", 4),
+            (b, "k", "pending", 3),
+            (b, None, "pending", 2),
+        ]
+        made: dict[tuple[uuid.UUID, str | None, int], uuid.UUID] = {}
+        for tenant, key, state, ago in rows:
+            with su.transaction():
+                set_tenant_context(su, tenant)
+                [message_id] = su.execute(
+                    "insert into keel.outbox (tenant_id, topic, message_key, payload, state,"
+                    " delivered_at, created_at)"
+                    " values (%s, 'heads.upgrade', %s, '{}', %s,"
+                    " case when %s = 'delivered' then now() end, now() - %s)"
+                    " returning message_id",
+                    (tenant, key, state, state, timedelta(minutes=ago)),
+                ).fetchone()
+            made[(tenant, key, ago)] = message_id
+        migrator = f"akt_heads_{uuid.uuid4().hex[:8]}"
+        su.execute(
+            sql.SQL("create role {} login in role keel_owner").format(sql.Identifier(migrator))
+        )
+    try:
+        with psycopg.connect(conninfo.make_conninfo(migrated_db, user=migrator)) as conn:
+            assert conn.execute(
+                "select rolsuper from pg_roles where rolname = current_user"
+            ).fetchone() == (False,)
+            conn.execute(backfill())
+            conn.commit()
+        with psycopg.connect(migrated_db, autocommit=True) as su:
+            flags = dict(
+                su.execute(
+                    "select message_id, held from keel.outbox where tenant_id in (%s, %s)", (a, b)
+                ).fetchall()
+            )
+            claimed = {m for m, _ in claim(su, "heads.upgrade")}
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as su:
+            su.execute(sql.SQL("drop role {}").format(sql.Identifier(migrator)))
+            for tenant in (a, b):
+                with su.transaction():
+                    set_tenant_context(su, tenant)
+                    su.execute("set local keel.purge = on")
+                    su.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
+    assert {key: flags[m] for key, m in made.items()} == {
+        (a, "k", 9): False,
+        (a, "k", 8): True,
+        (a, "k", 10): False,  # delivered: not pending, never held
+        (a, "k", 7): True,
+        (a, "j", 5): False,
+        (b, "k", 4): False,
+        (b, "k", 3): True,
+        (b, None, 2): False,
+    }
+    assert claimed == {made[(a, "k", 9)], made[(a, "j", 5)], made[(b, "k", 4)], made[(b, None, 2)]}
+
+
+def test_writers_racing_the_relay_on_their_keys_keep_order_and_leave_nothing(
+    migrated_db, tmp_path: Path
+):
+    """Four writers each commit 25 messages to a key of their own while relays deliver and
+    ack that key's messages: whatever `held` each write decided against an ack running at
+    the same moment, each key arrives in order and nothing stays behind."""
+    ob, name = Outbox.make(migrated_db), topic()
+    errors: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        try:
+            with psycopg.connect(migrated_db, autocommit=True) as conn:
+                for i in range(25):
+                    ob.commit(f"{name}.k", [{"i": i}], conn=conn, keys=[f"k{worker}"])
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    sink = tmp_path / "out.jsonl"
+    for t in writers:
+        t.start()
+    while any(t.is_alive() for t in writers):
+        run_relay(migrated_db, f"file:{sink}", "--once", "--topic-prefix", f"{name}.")
+    for t in writers:
+        t.join()
+    assert not errors, errors
+    done = run_relay(migrated_db, f"file:{sink}", "--once", "--topic-prefix", f"{name}.")
+    assert done.returncode == 0, done.stderr
+    assert {r["state"] for r in ob.rows()} == {"delivered"}
+    delivered = [json.loads(line) for line in sink.read_text().splitlines()]
+    for worker in range(4):
+        payloads = [d["payload"]["i"] for d in delivered if d["key"] == f"k{worker}"]
+        assert payloads == list(range(25)), (worker, payloads)
