@@ -176,29 +176,35 @@ def _enqueue(dsn: str, tenant: uuid.UUID, topic: str, messages: int) -> None:
 
 
 BACKLOG_KEYS = 5
+BACKLOG_PER_TRANSITION = 1000
 
 
-def _hold_backlog(dsn: str, tenant: uuid.UUID, topic: str, messages: int) -> None:
+def _hold_backlog(dsn: str, tenant: uuid.UUID, workflow: str, topic: str, messages: int) -> None:
     """The backlog fixture: ``messages`` pending messages of another tenant on five keys,
+    written as an application writes them (keel.transition_task, a thousand a transition),
     older than everything the bench delivers, whose first messages are in flight (claimed
     for an hour by a relay that never reports back), so the rest wait behind them."""
     with psycopg.connect(dsn, autocommit=True) as owner:
-        with owner.transaction():
-            set_tenant_context(owner, tenant)
-            owner.execute(
-                "insert into keel.outbox (tenant_id, topic, message_key, payload,"
-                " created_at, available_at)"
-                " select %s, %s, 'key-' || (g %% %s), jsonb_build_object('n', g),"
-                " now() - interval '1 hour' + g * interval '1 microsecond',"
-                " now() - interval '1 hour'"
-                " from generate_series(1, %s) as g",
-                (tenant, topic, BACKLOG_KEYS, messages),
+        keel = Keel(owner)
+        for start in range(0, messages, BACKLOG_PER_TRANSITION):
+            count = min(BACKLOG_PER_TRANSITION, messages - start)
+            task = keel.create_task(tenant, workflow, 1)
+            keel.transition_task(
+                tenant,
+                task.task_id,
+                1,
+                "done",
+                outbox=[
+                    {"topic": topic, "key": f"key-{n % BACKLOG_KEYS}", "payload": {"n": n}}
+                    for n in range(start, start + count)
+                ],
             )
         owner.execute(
             "select count(*) from keel.claim_outbox('agentkeel-bench-backlog', %s, '1 hour', %s)",
             (BACKLOG_KEYS, topic),
         )
-        owner.execute("analyze keel.outbox")
+        # Settled before the clock starts: no autovacuum of the new rows mid-measurement.
+        owner.execute("vacuum (analyze) keel.outbox")
 
 
 def _drain(dsn: str, sink_url: str, batch: int, prefix: str) -> float:
@@ -244,15 +250,18 @@ def run_relay_bench(
     suffix = uuid.uuid4().hex[:8]
     prefix, stream = f"akbench-{suffix}", f"AKBENCH_{suffix}"
     tenant, held = uuid.uuid4(), uuid.uuid4()
+    workflow = f"agentkeel-bench-{suffix}"
     with psycopg.connect(dsn, autocommit=True) as owner:
         Keel(owner).create_tenant("agentkeel-bench", tenant)
         Keel(owner).create_tenant("agentkeel-bench-backlog", held)
+        if backlog:
+            Keel(owner).define_workflow(workflow, 1, "queued", [("queued", "done")])
     results: list[RelayMeasurement] = []
     try:
         with tempfile.TemporaryDirectory(prefix="agentkeel-bench-") as folder:
             for held_back in (0, backlog) if backlog else (0,):
                 if held_back:
-                    _hold_backlog(dsn, held, f"{prefix}-held", held_back)
+                    _hold_backlog(dsn, held, workflow, f"{prefix}-held", held_back)
                 for batch in batches:
                     topic = f"{prefix}.file{batch}-{held_back}"
                     _enqueue(dsn, tenant, topic, messages)
@@ -287,3 +296,4 @@ def run_relay_bench(
         with psycopg.connect(dsn, autocommit=True) as owner:
             _remove_tenant(owner, tenant)
             _remove_tenant(owner, held)
+            owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
