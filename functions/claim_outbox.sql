@@ -18,9 +18,13 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
--- The scan reads a few index entries; with a large held-back backlog the planner's row
--- estimate is far off, its cost passes jit_above_cost, and compiling the plan (about
--- 20 ms) cost forty times the scan.
+-- One plan per session, made once, as in keel.claim_next_tasks: it reads the claim index
+-- in available_at order and checks each candidate's key through its index, whatever the
+-- statistics say. With a large held-back backlog a custom plan's estimate was far off: it
+-- passed jit_above_cost, and compiling it (about 20 ms) cost forty times the scan.
+set plan_cache_mode = force_generic_plan
+set enable_sort = off
+set enable_seqscan = off
 set jit = off
 as $$
 declare
