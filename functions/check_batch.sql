@@ -1,6 +1,7 @@
 -- The shape of a batch (G2, G3): a jsonb array of objects, each with the members named,
--- no larger than settings.max_batch_items. A malformed batch is refused whole before
--- any item runs, so the per-item outcomes only ever report what the single call decides.
+-- no larger than settings.max_batch_items items and settings.max_batch_bytes bytes. A
+-- malformed batch is refused whole before any item runs, so the per-item outcomes only
+-- ever report what the single call decides.
 create or replace function keel.check_batch(p_items jsonb, p_required text[])
 returns integer
 language plpgsql
@@ -9,11 +10,26 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_max integer;
+    v_bytes bigint;
     v_count integer;
     v_bad integer;
 begin
     if p_items is null or jsonb_typeof(p_items) <> 'array' then
         raise exception using errcode = '22K01', message = 'a batch must be a jsonb array of objects';
+    end if;
+    -- The byte budget first: pg_column_size reads the value's header, not the value.
+    select s.value::bigint into v_bytes
+    from keel.settings as s
+    where s.setting = 'max_batch_bytes';
+    v_bytes := coalesce(v_bytes, 4194304);
+    if pg_column_size(p_items) > v_bytes then
+        raise exception using
+            errcode = '22K01',
+            message = format(
+                'a batch holds at most %s bytes, not %s', v_bytes, pg_column_size(p_items)
+            ),
+            detail = 'Nothing of the batch was run.',
+            hint = 'Split it; settings.max_batch_bytes sets the limit.';
     end if;
     select s.value::integer into v_max
     from keel.settings as s
@@ -47,4 +63,4 @@ end;
 $$;
 
 comment on function keel.check_batch(jsonb, text[]) is
-'Raises invalid_argument (22K01) unless p_items is a jsonb array of at most settings.max_batch_items (default 1000) objects that each have every member named in p_required, non-null. Returns the number of items. Internal: called by the batch functions before any item runs.';
+'Raises invalid_argument (22K01) unless p_items is a jsonb array of at most settings.max_batch_items (default 1000) objects, at most settings.max_batch_bytes (default 4 MiB, stored size) in all, that each have every member named in p_required, non-null. Returns the number of items. Internal: called by the batch functions before any item runs.';

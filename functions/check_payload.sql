@@ -22,8 +22,26 @@ begin
         return;  -- nothing to walk: the common case costs one comparison
     end if;
 
-    -- Depth first, before anything that walks the value: a jsonpath that descends at
-    -- most one level past the limit, so a deep payload costs no more than a shallow one.
+    -- A value far over the limit is refused before anything walks it: pg_column_size reads
+    -- its header only, and no JSON text is shorter than a quarter of its stored form (4x
+    -- for an array of zeros, 2x for empty containers, less for strings and keys), so past
+    -- 8x the limit the text is surely over it.
+    select s.value::integer into v_limit
+    from keel.settings as s
+    where s.setting = p_limit_setting;
+    v_limit := coalesce(v_limit, 65536);
+    if pg_column_size(p_payload) > 8::bigint * v_limit then
+        raise exception using
+            errcode = '22K02',
+            message = format('%s is over the limit of %s bytes', p_what, v_limit),
+            hint = format(
+                'Store large data as an artifact and keep its reference; settings.%s sets the limit.',
+                p_limit_setting
+            );
+    end if;
+
+    -- Depth next, before anything else walks the value: a jsonpath that descends at most
+    -- one level past the limit, so a deep payload costs no more than a shallow one.
     select s.value::integer into v_depth
     from keel.settings as s
     where s.setting = 'max_payload_depth';
@@ -35,10 +53,6 @@ begin
             hint = 'Flatten the structure; settings.max_payload_depth sets the limit.';
     end if;
 
-    select s.value::integer into v_limit
-    from keel.settings as s
-    where s.setting = p_limit_setting;
-    v_limit := coalesce(v_limit, 65536);
     v_size := octet_length(p_payload::text);
     if v_size > v_limit then
         raise exception using
@@ -114,4 +128,4 @@ end;
 $$;
 
 comment on function keel.check_payload(text, jsonb, text) is
-'Raises payload_rejected (22K02) when a payload nests deeper than settings.max_payload_depth (checked first), is larger than the settings row named by p_limit_setting, holds a nonzero number no IEEE 754 double can hold, or has a key at any depth whose keel.fold_key form matches keel.redaction_rules. p_what names the payload in the message; the message names the key path, never a value (G9).';
+'Raises payload_rejected (22K02) when a payload''s stored form is over 8 times the limit (checked first, without reading the value), nests deeper than settings.max_payload_depth (checked next), is larger than the settings row named by p_limit_setting, holds a nonzero number no IEEE 754 double can hold, or has a key at any depth whose keel.fold_key form matches keel.redaction_rules. p_what names the payload in the message; the message names the key path, never a value (G9).';

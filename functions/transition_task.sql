@@ -44,7 +44,6 @@ begin
     if p_payload is null or jsonb_typeof(p_payload) <> 'object' then
         raise exception using errcode = '22K01', message = 'event payload must be a jsonb object';
     end if;
-    perform keel.check_payload('event payload', p_payload, 'max_event_payload_bytes');
     if p_outbox is null or jsonb_typeof(p_outbox) <> 'array' then
         raise exception using
             errcode = '22K01',
@@ -60,7 +59,6 @@ begin
                 message = 'each outbox message must be an object with a string "topic"',
                 detail = 'Optional members: "key" (string), "payload" (any json), "headers" (object).';
         end if;
-        perform keel.check_payload('outbox message', v_message, 'max_outbox_message_bytes');
     end loop;
     v_wake_at := keel.check_wake_at(p_wake_at, v_now);
 
@@ -103,6 +101,14 @@ begin
             ),
             hint = 'See keel.workflow_transitions for the legal edges.';
     end if;
+
+    -- The payload checks walk the values: only once the cheap refusals (no such task, a
+    -- lost lease, a stale version, no such edge) have had their say, so a batch of large
+    -- payloads for tasks that do not exist costs a lookup each, not a walk.
+    perform keel.check_payload('event payload', p_payload, 'max_event_payload_bytes');
+    for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
+        perform keel.check_payload('outbox message', v_message, 'max_outbox_message_bytes');
+    end loop;
 
     v_from_state := v_task.state;
     v_next_version := v_task.state_version + 1;

@@ -4,6 +4,7 @@ success writes exactly one event with the next sequence number in the same trans
 from __future__ import annotations
 
 import itertools
+import uuid
 
 import pytest
 
@@ -306,3 +307,59 @@ def test_a_malformed_batch_is_refused_whole(keel, connect, tenant, new_task, sha
     with pytest.raises(InvalidArgument), keel.transaction(tenant) as conn:
         conn.execute("select * from keel.transition_tasks(%s, %s::jsonb)", (tenant, batch))
     assert tenant_snapshot(connect(owner=True), tenant) == before
+
+
+def test_a_batch_over_the_byte_budget_is_refused_whole(keel, connect, tenant, new_task):
+    """A batch of items each within the payload limit but together over
+    settings.max_batch_bytes runs none of them: the database checks and writes no more
+    than the budget in one call, whatever the item count allows.
+    Mutation: batch_bytes_unchecked."""
+    conn = connect()
+    budget = int(
+        conn.execute(
+            "select value from keel.settings where setting = 'max_batch_bytes'"
+        ).fetchone()[0]
+    )
+    item_limit = int(
+        conn.execute(
+            "select value from keel.settings where setting = 'max_event_payload_bytes'"
+        ).fetchone()[0]
+    )
+    blob = "x" * (item_limit // 2)
+    count = budget // len(blob) + 2
+    task = new_task()
+    items = [
+        {
+            "task_id": task.task_id,
+            "expected_version": 1,
+            "to_state": "running",
+            "payload": {"b": blob},
+        }
+        for _ in range(count)
+    ]
+    before = tenant_snapshot(connect(owner=True), tenant)
+    with pytest.raises(InvalidArgument) as info:
+        keel.transition_tasks(tenant, items)
+    assert "max_batch_bytes" in (info.value.hint or "")
+    assert tenant_snapshot(connect(owner=True), tenant) == before
+
+
+def test_a_missing_task_is_refused_before_its_payload_is_read(keel, tenant):
+    """An item naming a task the tenant does not have is refused as task_not_found even
+    when its payload would be refused too: the lookup comes first, so a batch of large
+    payloads for tasks that do not exist costs a lookup each, not a walk of each payload.
+    Mutation: payload_before_lookup."""
+    missing = uuid.uuid4()
+    [outcome] = keel.transition_tasks(
+        tenant,
+        [
+            {
+                "task_id": missing,
+                "expected_version": 1,
+                "to_state": "running",
+                "payload": {"password": "x"},
+            }
+        ],
+    )
+    assert outcome.refused is not None
+    assert outcome.refused.sqlstate == "42K04", outcome.refused

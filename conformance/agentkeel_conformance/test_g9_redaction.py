@@ -177,15 +177,16 @@ def test_payloads_nested_up_to_the_limit_are_accepted(keel, tenant, new_task):
 
 @pytest.mark.parametrize("depth", [65, 10_000])
 def test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work(
-    keel, tenant, depth
+    keel, tenant, new_task, depth
 ):
     """10,000 nested arrays in 20 KB once cost seconds of CPU in the key walk; the depth check
-    runs first, before the task is even looked up (an unknown task id would say so).
+    runs first of the payload checks, which run once the task has been looked up.
     Mutation: depth_unchecked."""
+    task = new_task()
     with pytest.raises(PayloadRejected) as info, keel.transaction(tenant) as conn:
         conn.execute(
             "select keel.transition_task(%s, %s, 1, 'running', p_payload => %s::jsonb)",
-            (tenant, uuid.uuid4(), nested_text(depth)),
+            (tenant, task.task_id, nested_text(depth)),
         )
     assert "nests deeper than 64 levels" in info.value.message
 
