@@ -14,28 +14,5 @@ alter table keel.outbox add column held boolean not null default false;
 comment on column keel.outbox.held is
 'True for a pending keyed message written while an earlier message of its key was pending: it is left out of the claim index until the message before it is delivered or dead (keel.promote_outbox_head, and the sweep keel.promote_outbox_heads). It decides when a message may be claimed, never the per-key order, which every claim checks.';
 
--- The messages pending now: the oldest of each key stays claimable, the rest are held.
--- Row-level security (forced on keel.outbox) admits reading and writing every tenant's
--- messages, for keel_owner, only with the delivery flag on (policies outbox_delivery_*).
-do $$
-begin
-    set local keel.outbox_delivery = on;
-    update keel.outbox as o
-    set held = true
-    from (
-        select
-            p.tenant_id,
-            p.message_id,
-            row_number() over (
-                partition by p.tenant_id, p.message_key
-                order by p.created_at, p.position, p.message_id
-            ) as place
-        from keel.outbox as p
-        where p.state = 'pending' and p.message_key is not null
-    ) as r
-    where o.tenant_id = r.tenant_id
-        and o.message_id = r.message_id
-        and r.place > 1;
-    set local keel.outbox_delivery = off;
-end;
-$$;
+-- Adding the column with a constant default rewrites nothing: this file holds its lock for
+-- an instant. The pending backlog is held by migration 0038, outside this transaction.
