@@ -153,14 +153,21 @@ begin
         -- A keyed message waits, held out of the claim index, behind a pending message of
         -- its key that this statement sees (this call's earlier ones too). No lock: a
         -- head retired meanwhile is caught by the relay's sweep (keel.promote_outbox_heads).
-        -- Decided before the INSERT: Citus evaluates a function in VALUES on the coordinator.
-        v_held := v_message ->> 'key' is not null and exists (
-            select 1
-            from keel.outbox as e
-            where e.tenant_id = p_tenant_id
-                and e.message_key = v_message ->> 'key'
-                and e.state = 'pending'
-        );
+        -- Not in a SERIALIZABLE transaction, where the read would make two writers of one
+        -- key abort each other (40001): there the message is left claimable, and the
+        -- claim's per-key check orders it as before. Decided before the INSERT: Citus
+        -- evaluates a function in VALUES on the coordinator.
+        v_held := false;
+        if v_message ->> 'key' is not null
+            and current_setting('transaction_isolation') <> 'serializable' then
+            v_held := exists (
+                select 1
+                from keel.outbox as e
+                where e.tenant_id = p_tenant_id
+                    and e.message_key = v_message ->> 'key'
+                    and e.state = 'pending'
+            );
+        end if;
         insert into keel.outbox (
             tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
             available_at, created_at, held
