@@ -31,60 +31,93 @@ declare
     v_now timestamptz := clock_timestamp();
     v_expires timestamptz;
     v_message keel.outbox;
-    v_tenants uuid[] := '{}';
-    v_ids uuid[] := '{}';
+    v_row record;
+    v_asked integer;
+    v_seen integer;
+    v_claimed integer := 0;
+    v_tenants uuid[];
+    v_ids uuid[];
+    v_behind_tenants uuid[];
+    v_behind_ids uuid[];
 begin
     v_expires := keel.check_lease_request(p_relay, p_lease, v_now);
     if p_limit is null or p_limit not between 1 and 1000 then
         raise exception using errcode = '22K01', message = 'claim batch size must be 1 to 1000';
     end if;
 
-    -- Only this statement sees and locks rows of every tenant; the flag is off again
-    -- before anything is written.
-    set local keel.scan_all_tenants = on;
-    for v_message in
-        select o.*
-        from keel.outbox as o
-        where o.state = 'pending'
-            and o.available_at <= v_now
-            and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
-            -- Per-key ordering: only messages not held behind an earlier one of their key
-            -- (the claim index holds no other), and of those, not while an earlier
-            -- message of the same tenant and key is pending (waiting, in backoff or
-            -- claimed): `held` is decided without locks, so it may lag, never the order.
-            and not o.held
-            and (
-                o.message_key is null
-                or not exists (
-                    select 1
-                    from keel.outbox as e
-                    where e.tenant_id = o.tenant_id
-                        and e.message_key = o.message_key
-                        and e.state = 'pending'
-                        and (e.created_at, e.position, e.message_id)
-                        < (o.created_at, o.position, o.message_id)
-                )
-            )
-        order by o.available_at
-        limit p_limit
-        for update of o skip locked
+    -- Rounds: each takes every row it sees out of the scan (claimed, dead, or held), so
+    -- they end, and a claim comes back short only when nothing more is claimable.
     loop
-        v_tenants := v_tenants || v_message.tenant_id;
-        v_ids := v_ids || v_message.message_id;
-    end loop;
-    set local keel.scan_all_tenants = off;
+        v_asked := p_limit - v_claimed;
+        v_seen := 0;
+        v_tenants := '{}';
+        v_ids := '{}';
+        v_behind_tenants := '{}';
+        v_behind_ids := '{}';
+        -- Only this statement sees and locks rows of every tenant; the flag is off again
+        -- before anything is written.
+        set local keel.scan_all_tenants = on;
+        for v_row in
+            select
+                o.tenant_id,
+                o.message_id,
+                -- Per-key ordering: a message is claimed only while no earlier message of
+                -- the same tenant and key is pending (waiting, in backoff or claimed).
+                (
+                    o.message_key is null
+                    or not exists (
+                        select 1
+                        from keel.outbox as e
+                        where e.tenant_id = o.tenant_id
+                            and e.message_key = o.message_key
+                            and e.state = 'pending'
+                            and (e.created_at, e.position, e.message_id)
+                            < (o.created_at, o.position, o.message_id)
+                    )
+                ) as head
+            from keel.outbox as o
+            where o.state = 'pending'
+                and o.available_at <= v_now
+                and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+                -- The claim index holds no held message. `held` is decided without locks,
+                -- so a message written while another writer's first message of its key was
+                -- not yet committed is not held: the check above orders it, and this claim
+                -- holds it, so no claim reads it again until its key's head has gone.
+                and not o.held
+            order by o.available_at
+            limit v_asked
+            for update of o skip locked
+        loop
+            v_seen := v_seen + 1;
+            if v_row.head then
+                v_tenants := v_tenants || v_row.tenant_id;
+                v_ids := v_ids || v_row.message_id;
+            else
+                v_behind_tenants := v_behind_tenants || v_row.tenant_id;
+                v_behind_ids := v_behind_ids || v_row.message_id;
+            end if;
+        end loop;
+        set local keel.scan_all_tenants = off;
 
-    -- The writes: each names its row's tenant and id (policy outbox_delivery_write).
-    set local keel.outbox_delivery = on;
-    for i in 1 .. coalesce(array_length(v_ids, 1), 0) loop
-        v_message := keel.claim_locked_message(v_tenants[i], v_ids[i], p_relay, v_now, v_expires);
-        if v_message.message_id is not null then
-            return next v_message;
-        end if;
+        -- The writes: each names its row's tenant and id (policy outbox_delivery_write).
+        set local keel.outbox_delivery = on;
+        for i in 1 .. coalesce(array_length(v_behind_ids, 1), 0) loop
+            update keel.outbox as o
+            set held = true
+            where o.tenant_id = v_behind_tenants[i] and o.message_id = v_behind_ids[i];
+        end loop;
+        for i in 1 .. coalesce(array_length(v_ids, 1), 0) loop
+            v_message := keel.claim_locked_message(v_tenants[i], v_ids[i], p_relay, v_now, v_expires);
+            if v_message.message_id is not null then
+                v_claimed := v_claimed + 1;
+                return next v_message;
+            end if;
+        end loop;
+        set local keel.outbox_delivery = off;
+        exit when v_claimed >= p_limit or v_seen < v_asked;
     end loop;
-    set local keel.outbox_delivery = off;
 end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';
+'Claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';

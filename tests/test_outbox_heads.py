@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import psycopg
+import pytest
 from psycopg import conninfo, sql
 
 from agentkeel.client import Keel, set_tenant_context
@@ -132,16 +133,16 @@ def test_writers_and_acks_of_one_key_never_wait_on_each_other(migrated_db):
 
 
 def backfill() -> str:
-    """Migration 0037's DO block, as the file holds it."""
-    text = (sql_root() / "schema/0037_outbox_held.sql").read_text()
+    """Migration 0038's backfill, as the file holds it."""
+    text = (sql_root() / "schema/0038_outbox_claimable_idx.sql").read_text()
     match = re.search(r"^do \$\$.*?^\$\$;", text, re.S | re.M)
-    assert match, "schema/0037_outbox_held.sql has no DO block"
+    assert match, "schema/0038_outbox_claimable_idx.sql has no DO block"
     return match.group(0)
 
 
 def test_the_upgrade_holds_all_but_the_oldest_pending_message_of_each_key(migrated_db):
     """Run as a migrator login that is not a superuser (row-level security forced on the
-    outbox), migration 0037 keeps the oldest pending message of each key claimable and
+    outbox), migration 0038 keeps the oldest pending message of each key claimable and
     holds the rest, so an upgraded backlog costs a claim nothing either."""
     a, b = uuid.uuid4(), uuid.uuid4()
     with psycopg.connect(migrated_db, autocommit=True) as su:
@@ -243,3 +244,85 @@ def test_writers_racing_the_relay_on_their_keys_keep_order_and_leave_nothing(
     for worker in range(4):
         payloads = [d["payload"]["i"] for d in delivered if d["key"] == f"k{worker}"]
         assert payloads == list(range(25)), (worker, payloads)
+
+
+def test_serializable_writers_of_one_key_do_not_abort_each_other(migrated_db):
+    """Two SERIALIZABLE transactions write a message of the same key at once: both commit,
+    as they did before the heads (the held check, a read of the key's messages, would make
+    them a read/write cycle: 40001). Their messages are claimed one at a time, in order."""
+    ob, name = Outbox.make(migrated_db), topic()
+    with (
+        psycopg.connect(migrated_db, autocommit=True) as one,
+        psycopg.connect(migrated_db, autocommit=True) as two,
+    ):
+        writers = [(conn, Keel(conn)) for conn in (one, two)]
+        tasks = [keel.create_task(ob.tenant, ob.workflow, 1) for _, keel in writers]
+        for conn, _ in writers:
+            conn.execute("begin isolation level serializable")
+        for n, ((_, keel), task) in enumerate(zip(writers, tasks, strict=True)):
+            keel.transition_task(
+                ob.tenant,
+                task.task_id,
+                1,
+                "done",
+                outbox=[{"topic": f"{name}.k", "key": "k", "payload": {"n": n}}],
+            )
+        for conn, _ in writers:
+            conn.execute("commit")
+    with psycopg.connect(migrated_db, autocommit=True) as relay:
+        [(claimed, token)] = claim(relay, f"{name}.")
+        relay.execute("select keel.ack_outbox(%s, %s, %s)", (ob.tenant, claimed, token))
+        [(second, _)] = claim(relay, f"{name}.")
+    payloads = {str(r["message_id"]): r["payload"] for r in ob.rows()}
+    assert [payloads[str(claimed)], payloads[str(second)]] == [{"n": 0}, {"n": 1}]
+
+
+def test_the_old_claim_index_goes_only_once_the_new_ones_are_valid(migrated_db):
+    """Migration 0038 run again after an interrupted concurrent build: `if not exists`
+    takes the INVALID index for done, and the file's guard stops before the old index is
+    dropped, naming the index and what to do."""
+    text = (sql_root() / "schema/0038_outbox_claimable_idx.sql").read_text()
+    guard = re.findall(r"^do \$\$.*?^\$\$;", text, re.S | re.M)[1]
+    with psycopg.connect(migrated_db) as su:
+        su.execute(
+            "update pg_index set indisvalid = false"
+            " where indexrelid = 'keel.outbox_claimable_idx'::regclass"
+        )
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as info:
+            su.execute(guard)
+        su.rollback()
+    assert "keel.outbox_claimable_idx is INVALID" in str(info.value)
+    assert "drop index concurrently" in (info.value.diag.message_hint or "")
+
+
+def test_messages_that_writers_wrote_at_once_are_held_by_the_first_claim_that_finds_them(
+    migrated_db,
+):
+    """Writers in transactions open at the same time each see none of the others' messages,
+    so none of theirs is held: 5 writers x 100 keys leave 400 messages claimable behind
+    another of their key. The first claim that reads them holds them, so the next claim
+    reads none of them (the count of outbox rows a claim reads, as above)."""
+    ob, name = Outbox.make(migrated_db), topic()
+    writers = [psycopg.connect(migrated_db, autocommit=True) for _ in range(5)]
+    try:
+        opened = [w.transaction() for w in writers]
+        for tx in opened:
+            tx.__enter__()
+        for w in writers:
+            ob.commit(f"{name}.k", list(range(100)), conn=w, keys=[f"k{i}" for i in range(100)])
+        for tx in opened:
+            tx.__exit__(None, None, None)
+    finally:
+        for w in writers:
+            w.close()
+    assert sum(held(ob).values()) == 0
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        heads = claim(conn, f"{name}.k", limit=1000)
+        assert len(heads) == 100  # one per key; the other 400 are now held
+        assert sum(held(ob).values()) == 400
+        ob.commit(f"{name}.other", [{"n": 1}])
+        with conn.transaction():
+            before = conn.execute(TUPLES).fetchone()[0]
+            assert len(claim(conn, f"{name}.other")) == 1
+            read = conn.execute(TUPLES).fetchone()[0] - before
+    assert read < 100, f"the claim read {read} outbox rows"
