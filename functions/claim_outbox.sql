@@ -35,6 +35,14 @@ declare
     v_asked integer;
     v_seen integer;
     v_claimed integer := 0;
+    v_deaths integer;
+    -- Where the next round starts in the claim index (available_at, created_at, position,
+    -- message_id: oldest first, a transition's messages in their order): no round walks
+    -- again what an earlier one walked past.
+    v_after_at timestamptz := '-infinity';
+    v_after_created timestamptz := '-infinity';
+    v_after_position integer := 0;
+    v_after_id uuid := '00000000-0000-0000-0000-000000000000';
     v_tenants uuid[];
     v_ids uuid[];
     v_behind_tenants uuid[];
@@ -45,11 +53,13 @@ begin
         raise exception using errcode = '22K01', message = 'claim batch size must be 1 to 1000';
     end if;
 
-    -- Rounds: each takes every row it sees out of the scan (claimed, dead, or held), so
-    -- they end, and a claim comes back short only when nothing more is claimable.
+    -- Rounds over the claim index, each after the last: every row a round sees leaves the
+    -- scan (claimed, dead, or held) or is passed for good (behind a message in flight), and
+    -- a claim comes back short only when nothing more is claimable.
     loop
         v_asked := p_limit - v_claimed;
         v_seen := 0;
+        v_deaths := 0;
         v_tenants := '{}';
         v_ids := '{}';
         v_behind_tenants := '{}';
@@ -61,6 +71,9 @@ begin
             select
                 o.tenant_id,
                 o.message_id,
+                o.available_at,
+                o.created_at,
+                o.position,
                 -- Per-key ordering: a message is claimed only while no earlier message of
                 -- the same tenant and key is pending (waiting, in backoff or claimed).
                 (
@@ -74,25 +87,45 @@ begin
                             and (e.created_at, e.position, e.message_id)
                             < (o.created_at, o.position, o.message_id)
                     )
-                ) as head
+                ) as head,
+                -- Behind a message some relay holds now: its ack may come before this
+                -- claim commits and, not seeing this row held yet, promote nothing; so such
+                -- a row is left as it is, not held.
+                exists (
+                    select 1
+                    from keel.outbox as e
+                    where e.tenant_id = o.tenant_id
+                        and e.message_key = o.message_key
+                        and e.state = 'pending'
+                        and e.claimed_by is not null
+                        and e.available_at > v_now
+                        and (e.created_at, e.position, e.message_id)
+                        < (o.created_at, o.position, o.message_id)
+                ) as behind_in_flight
             from keel.outbox as o
             where o.state = 'pending'
                 and o.available_at <= v_now
+                and (o.available_at, o.created_at, o.position, o.message_id)
+                > (v_after_at, v_after_created, v_after_position, v_after_id)
                 and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
                 -- The claim index holds no held message. `held` is decided without locks,
                 -- so a message written while another writer's first message of its key was
                 -- not yet committed is not held: the check above orders it, and this claim
                 -- holds it, so no claim reads it again until its key's head has gone.
                 and not o.held
-            order by o.available_at
+            order by o.available_at, o.created_at, o.position, o.message_id
             limit v_asked
             for update of o skip locked
         loop
             v_seen := v_seen + 1;
+            v_after_at := v_row.available_at;
+            v_after_created := v_row.created_at;
+            v_after_position := v_row.position;
+            v_after_id := v_row.message_id;
             if v_row.head then
                 v_tenants := v_tenants || v_row.tenant_id;
                 v_ids := v_ids || v_row.message_id;
-            else
+            elsif not v_row.behind_in_flight then
                 v_behind_tenants := v_behind_tenants || v_row.tenant_id;
                 v_behind_ids := v_behind_ids || v_row.message_id;
             end if;
@@ -100,6 +133,7 @@ begin
         set local keel.scan_all_tenants = off;
 
         -- The writes: each names its row's tenant and id (policy outbox_delivery_write).
+        -- Holds first: a death below then promotes its key's next message, held or not.
         set local keel.outbox_delivery = on;
         for i in 1 .. coalesce(array_length(v_behind_ids, 1), 0) loop
             update keel.outbox as o
@@ -111,10 +145,22 @@ begin
             if v_message.message_id is not null then
                 v_claimed := v_claimed + 1;
                 return next v_message;
+            else
+                v_deaths := v_deaths + 1;
             end if;
         end loop;
         set local keel.outbox_delivery = off;
-        exit when v_claimed >= p_limit or v_seen < v_asked;
+        exit when v_claimed >= p_limit;
+        if v_deaths > 0 then
+            -- A death made its key's next message claimable, maybe one this round passed:
+            -- the next round starts from the beginning again (deaths are few).
+            v_after_at := '-infinity';
+            v_after_created := '-infinity';
+            v_after_position := 0;
+            v_after_id := '00000000-0000-0000-0000-000000000000';
+        elsif v_seen < v_asked then
+            exit;
+        end if;
     end loop;
 end;
 $$;

@@ -7,7 +7,8 @@
 
 -- The messages pending now: the oldest of each key stays claimable, the rest are held, in
 -- a transaction of its own (row locks on the held-back rows only; writers and the relay's
--- claims go on). Run again after an interruption, it changes nothing more.
+-- claims go on, and a claim holds such rows itself, for a moment). Run again after an
+-- interruption, it rewrites only what is not held yet.
 -- Row-level security (forced on keel.outbox) admits reading and writing every tenant's
 -- messages, for keel_owner, only with the delivery flag on (policies outbox_delivery_*).
 do $$
@@ -28,13 +29,15 @@ begin
     ) as r
     where o.tenant_id = r.tenant_id
         and o.message_id = r.message_id
-        and r.place > 1;
+        and r.place > 1
+        and not o.held;
     set local keel.outbox_delivery = off;
 end;
 $$;
 
-create index concurrently if not exists outbox_claimable_idx on keel.outbox (available_at)
-where state = 'pending' and not held;
+create index concurrently if not exists outbox_claimable_idx on keel.outbox (
+    available_at, created_at, position, message_id
+) where state = 'pending' and not held;
 
 create index concurrently if not exists outbox_held_idx on keel.outbox (tenant_id, message_key)
 where state = 'pending' and held;

@@ -283,6 +283,25 @@ MUTATIONS = {
         "G6",
         "test_two_first_messages_of_a_key_written_at_once_are_claimed_one_at_a_time",
     ),
+    "G3: batch_bytes_unchecked, a batch of any size in bytes is run": (
+        "check_batch.sql",
+        [(r"if pg_column_size\(p_items\) > v_bytes then", "if false then", 1)],
+        "G3",
+        "test_a_batch_over_the_byte_budget_is_refused_whole",
+    ),
+    "G3: payload_before_lookup, payloads are checked before the task is looked up": (
+        "transition_task.sql",
+        [
+            (
+                r"(    v_task := keel\.lock_task\(p_tenant_id, p_task_id\);)",
+                "    perform keel.check_payload('event payload', p_payload,"
+                " 'max_event_payload_bytes');\n\\1",
+                1,
+            )
+        ],
+        "G3",
+        "test_a_missing_task_is_refused_before_its_payload_is_read",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

@@ -326,3 +326,95 @@ def test_messages_that_writers_wrote_at_once_are_held_by_the_first_claim_that_fi
             assert len(claim(conn, f"{name}.other")) == 1
             read = conn.execute(TUPLES).fetchone()[0] - before
     assert read < 100, f"the claim read {read} outbox rows"
+
+
+CLAIM_INDEX_READS = "select pg_stat_get_xact_tuples_returned('keel.outbox_claimable_idx'::regclass)"
+
+
+def backlog_behind_a_head_in_backoff(migrated_db: str, ob: Outbox, name: str, count: int) -> None:
+    """`count` messages of key k, none held (written in a SERIALIZABLE transaction, which
+    does not look), behind a head that a relay claimed and nacked into a long backoff."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        [head] = ob.commit(f"{name}.k", [{"n": 0}], keys=["k"])
+        conn.execute("set default_transaction_isolation = 'serializable'")
+        ob.commit(f"{name}.k", list(range(count)), conn=conn, keys=["k"] * count)
+        conn.execute("set default_transaction_isolation = 'read committed'")
+        [(claimed, token)] = claim(conn, f"{name}.", limit=1)
+        assert str(claimed) == head
+        conn.execute(
+            "update keel.settings set value = '1 hour' where setting = 'outbox_backoff_base'"
+        )
+        try:
+            conn.execute(
+                "select keel.nack_outbox(%s, %s, %s, 'refused')", (ob.tenant, claimed, token)
+            )
+        finally:
+            conn.execute(
+                "update keel.settings set value = '1 second' where setting = 'outbox_backoff_base'"
+            )
+    assert sum(held(ob).values()) == 0
+
+
+def test_a_claim_walks_the_claim_index_once_however_many_messages_it_holds(migrated_db):
+    """3,000 messages of one key wait unheld behind a head in backoff. A claim of one
+    message holds them all in rounds of one, each round after the last in the claim index,
+    so it reads each index entry about once (with every round starting from the beginning
+    it read 4.5 million: three thousand rounds past the entries of the ones before)."""
+    ob, name = Outbox.make(migrated_db), topic()
+    backlog_behind_a_head_in_backoff(migrated_db, ob, name, 3000)
+    with psycopg.connect(migrated_db, autocommit=True) as conn, conn.transaction():
+        before = conn.execute(CLAIM_INDEX_READS).fetchone()[0]
+        assert claim(conn, f"{name}.", limit=1) == []
+        read = conn.execute(CLAIM_INDEX_READS).fetchone()[0] - before
+    assert sum(held(ob).values()) == 3000
+    assert read < 3 * 3000, f"the claim read {read} claim index entries"
+
+
+def test_a_claim_death_lets_the_same_claim_take_the_next_message_of_its_key(migrated_db):
+    """The head of key k has had its last unreported claim: the claim that finds it marks
+    it dead, which makes the next message of k claimable, and returns that message in the
+    same call (a relay with --once would otherwise stop with it due)."""
+    ob, name = Outbox.make(migrated_db), topic()
+    first, second, third = ob.commit(f"{name}.k", [1, 2, 3], keys=["k"] * 3)
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        with conn.transaction():
+            set_tenant_context(conn, ob.tenant)
+            conn.execute("set local keel.outbox_delivery = on")
+            conn.execute(
+                "update keel.outbox set claims = (select value::integer from keel.settings"
+                " where setting = 'outbox_max_unreported_claims') where message_id = %s",
+                (first,),
+            )
+        assert [str(m) for m, _ in claim(conn, f"{name}.")] == [second]
+    states = {str(r["message_id"]): (r["state"], r["held"]) for r in ob.rows()}
+    assert states == {
+        first: ("dead", False),
+        second: ("pending", False),
+        third: ("pending", True),
+    }
+
+
+def test_a_message_behind_one_in_flight_is_left_unheld_for_its_ack(migrated_db):
+    """A relay holds the head of key k; a second message of k was written unheld (its
+    writer's transaction overlapped the head's). Another relay's claim passes it without
+    holding it: the head's ack, which may commit first, would not see it held and would
+    promote nothing. Once the head is acked the message is claimed."""
+    ob, name = Outbox.make(migrated_db), topic()
+    with (
+        psycopg.connect(migrated_db, autocommit=True) as one,
+        psycopg.connect(migrated_db, autocommit=True) as two,
+        one.transaction(),
+    ):
+        [head] = ob.commit(f"{name}.k", [{"n": 1}], conn=one, keys=["k"])
+        with two.transaction():
+            [second] = ob.commit(f"{name}.k", [{"n": 2}], conn=two, keys=["k"])
+    with (
+        psycopg.connect(migrated_db, autocommit=True) as relay1,
+        psycopg.connect(migrated_db, autocommit=True) as relay2,
+    ):
+        [(claimed, token)] = claim(relay1, f"{name}.", limit=1)
+        assert str(claimed) == head
+        assert claim(relay2, f"{name}.") == []
+        assert held(ob) == {head: False, second: False}
+        relay1.execute("select keel.ack_outbox(%s, %s, %s)", (ob.tenant, claimed, token))
+        assert [str(m) for m, _ in claim(relay2, f"{name}.")] == [second]
