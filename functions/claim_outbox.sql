@@ -1,9 +1,10 @@
 -- Outbox delivery (G6): a relay claims a batch of due messages of any tenant.
 -- agentkeel:allow citus.tenant_filter (the relay's one cross-tenant claim, replaced on Citus)
 -- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 2)
--- The shape of keel.claim_next_task: one FOR UPDATE SKIP LOCKED scan over the claim index,
--- oldest available_at first, with the scan_all_tenants flag on for that statement alone
--- (policies outbox_claim_scan and outbox_claim_lock). A row another transaction has
+-- The shape of keel.claim_next_task: FOR UPDATE SKIP LOCKED scans over the claim index
+-- (messages not held), oldest available_at first, each round after the last, with the
+-- scan_all_tenants flag on for those statements alone (policies outbox_claim_scan and
+-- outbox_claim_lock). A row another transaction has
 -- locked is skipped, never waited on and never allowed to hide the rows behind it, so no
 -- tenant can keep the relay from another tenant's messages. No high-water mark: message
 -- ids commit out of order, so every pending row is looked at, whatever its id.
