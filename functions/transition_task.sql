@@ -23,6 +23,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_held boolean;
+    v_max_messages integer;
     v_now timestamptz := clock_timestamp();
     v_actor text := session_user;  -- the login, whatever role the function runs as
     v_task keel.tasks;
@@ -48,6 +49,19 @@ begin
         raise exception using
             errcode = '22K01',
             message = 'outbox must be a jsonb array of messages';
+    end if;
+    select s.value::integer into v_max_messages
+    from keel.settings as s
+    where s.setting = 'max_transition_messages';
+    v_max_messages := coalesce(v_max_messages, 1000);
+    if jsonb_array_length(p_outbox) > v_max_messages then
+        raise exception using
+            errcode = '22K02',
+            message = format(
+                'a transition writes at most %s outbox messages, not %s',
+                v_max_messages, jsonb_array_length(p_outbox)
+            ),
+            hint = 'Split the work over several transitions; settings.max_transition_messages sets the limit.';
     end if;
     for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
         if jsonb_typeof(v_message) <> 'object'
@@ -188,4 +202,4 @@ end;
 $$;
 
 comment on function keel.transition_task(uuid, uuid, bigint, text, bigint, text, jsonb, jsonb, text, text, text, boolean, timestamptz) is
-'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction (and, when it wrote a message, NOTIFY keel_outbox as a wake-up hint for relays); on any error nothing is written. Entering a terminal state (keel.workflow_states) ends the lease and clears wake_at. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload (G9); p_wake_at passes keel.check_wake_at.';
+'Moves a task along one legal edge of its workflow version (G3). Succeeds only when p_expected_version is the current state_version (else stale_state, 55K01) and the edge is listed (else illegal_transition, 55K02); a leased task needs its current fencing token (else lease_lost, 55K03). Writes exactly one event with the next seq and the given outbox messages in the same transaction (and, when it wrote a message, NOTIFY keel_outbox as a wake-up hint for relays); on any error nothing is written. Entering a terminal state (keel.workflow_states) ends the lease and clears wake_at. The event records the login (session_user) as actor and p_actor as claimed_actor; payload and outbox messages pass keel.check_payload, after the lookup, lease, version and edge checks, and at most settings.max_transition_messages messages are written (else payload_rejected, 22K02) (G9); p_wake_at passes keel.check_wake_at.';

@@ -302,6 +302,12 @@ MUTATIONS = {
         "G3",
         "test_a_missing_task_is_refused_before_its_payload_is_read",
     ),
+    "G9: transition_messages_unbounded, a transition writes any number of messages": (
+        "transition_task.sql",
+        [(r"if jsonb_array_length\(p_outbox\) > v_max_messages then", "if false then", 1)],
+        "G9",
+        "test_a_transition_writes_at_most_the_set_number_of_outbox_messages",
+    ),
     "G2: hash_unchecked, reserve without the hash comparison": (
         "reserve_operation.sql",
         [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],

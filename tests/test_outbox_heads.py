@@ -337,7 +337,9 @@ def backlog_behind_a_head_in_backoff(migrated_db: str, ob: Outbox, name: str, co
     with psycopg.connect(migrated_db, autocommit=True) as conn:
         [head] = ob.commit(f"{name}.k", [{"n": 0}], keys=["k"])
         conn.execute("set default_transaction_isolation = 'serializable'")
-        ob.commit(f"{name}.k", list(range(count)), conn=conn, keys=["k"] * count)
+        for start in range(0, count, 1000):  # settings.max_transition_messages a transition
+            size = min(1000, count - start)
+            ob.commit(f"{name}.k", list(range(size)), conn=conn, keys=["k"] * size)
         conn.execute("set default_transaction_isolation = 'read committed'")
         [(claimed, token)] = claim(conn, f"{name}.", limit=1)
         assert str(claimed) == head

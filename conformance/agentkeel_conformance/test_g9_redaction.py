@@ -235,3 +235,23 @@ def test_numbers_a_double_holds_are_accepted(keel, tenant, new_task):
             "select keel.transition_task(%s, %s, 1, 'running', p_payload => %s::jsonb)",
             (tenant, task.task_id, f'{{"numbers": [{", ".join(READABLE_NUMBERS)}]}}'),
         )
+
+
+def test_a_transition_writes_at_most_the_set_number_of_outbox_messages(
+    keel, connect, tenant, new_task
+):
+    """One message over settings.max_transition_messages refuses the whole transition,
+    before the task is touched: one call cannot queue any number of messages.
+    Mutation: transition_messages_unbounded."""
+    limit = int(
+        connect()
+        .execute("select value from keel.settings where setting = 'max_transition_messages'")
+        .fetchone()[0]
+    )
+    task = new_task()
+    with pytest.raises(PayloadRejected) as info:
+        keel.transition_task(
+            tenant, task.task_id, 1, "running", outbox=[{"topic": "t"}] * (limit + 1)
+        )
+    assert f"at most {limit} outbox messages" in info.value.message
+    assert keel.get_task(tenant, task.task_id).state_version == 1
