@@ -44,7 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[NO_PREPARE_ENV] = "1"
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
         config.pluginmanager.register(
-            GuaranteeReport(selected_guarantees(config)), "agentkeel-guarantee-report"
+            GuaranteeReport(selected_guarantees(config), config.getoption("--keel-strict", False)),
+            "agentkeel-guarantee-report",
         )
         # A database the suite did not make (not the embedded cluster, not a container,
         # which are thrown away) and may write to: the signing key of its first mint.
@@ -152,6 +153,34 @@ def _reason(report: pytest.TestReport) -> str:
     return str(longrepr).strip().splitlines()[-1] if longrepr else ""
 
 
+def verdict(results: Results, gid: str, selected: frozenset[str] | None = None) -> str:
+    """What the table says of one guarantee: FAILED, not selected, not covered, passed,
+    partial (n of m ran: the rest skipped), or skipped (none ran)."""
+    tests = results.get(gid, {})
+    counts = {k: sum(1 for o, _ in tests.values() if o == k) for k in OUTCOME_RANK}
+    if counts["failed"]:
+        return "FAILED"
+    if selected is not None and gid not in selected:
+        return "not selected"  # some of its tests may have run, as tests of another too
+    if not tests:
+        return "not covered"
+    if counts["passed"] and counts["skipped"]:
+        return f"partial ({counts['passed']} of {len(tests)} ran)"
+    if counts["passed"]:
+        return "passed"
+    return "skipped"
+
+
+VERDICT_STYLES = {
+    "FAILED": "bold red",
+    "not selected": "dim",
+    "not covered": "dim",
+    "passed": "green",
+    "partial": "yellow",
+    "skipped": "yellow",
+}
+
+
 def guarantee_table(results: Results, selected: frozenset[str] | None = None) -> Table:
     table = Table(
         "guarantee",
@@ -166,17 +195,7 @@ def guarantee_table(results: Results, selected: frozenset[str] | None = None) ->
     for gid, title in GUARANTEES.items():
         tests = results.get(gid, {})
         counts = {k: sum(1 for o, _ in tests.values() if o == k) for k in OUTCOME_RANK}
-        if counts["failed"]:
-            verdict = Text("FAILED", style="bold red")
-        elif selected is not None and gid not in selected:
-            # Some of its tests may have run, as tests of a selected guarantee too.
-            verdict = Text("not selected", style="dim")
-        elif not tests:
-            verdict = Text("not covered", style="dim")
-        elif counts["passed"]:
-            verdict = Text("passed", style="green")
-        else:
-            verdict = Text("skipped", style="yellow")
+        said = verdict(results, gid, selected)
         table.add_row(
             gid,
             title,
@@ -184,17 +203,40 @@ def guarantee_table(results: Results, selected: frozenset[str] | None = None) ->
             str(counts["passed"]),
             str(counts["failed"]),
             str(counts["skipped"]),
-            verdict,
+            Text(said, style=VERDICT_STYLES[said.split(" (")[0]]),
         )
     return table
+
+
+def short_of_strict(results: Results, selected: frozenset[str] | None = None) -> list[str]:
+    """The guarantees `--strict` fails the run for: partial or skipped, each with its
+    verdict (guarantees not selected or not covered are not counted)."""
+    found = []
+    for gid in GUARANTEES:
+        said = verdict(results, gid, selected)
+        if said == "skipped" or said.startswith("partial"):
+            found.append(f"{gid} {said}")
+    return found
 
 
 class GuaranteeReport:
     """Collects each test's outcome per guarantee and prints the table at the end."""
 
-    def __init__(self, selected: frozenset[str] | None = None) -> None:
+    def __init__(self, selected: frozenset[str] | None = None, strict: bool = False) -> None:
         self.results: Results = defaultdict(dict)
         self.selected = selected
+        self.strict = strict
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """With --strict, a run whose tests all passed still fails when a selected
+        guarantee was only partly (or not at all) tested."""
+        if (
+            self.strict
+            and exitstatus == pytest.ExitCode.OK
+            and short_of_strict(self.results, self.selected)
+        ):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         gids = [str(value) for key, value in report.user_properties if key == "guarantee"]
@@ -224,6 +266,9 @@ class GuaranteeReport:
             soft_wrap=True,  # one line per failure, however long, so CI logs stay greppable
         )
         console.print(guarantee_table(self.results, self.selected))
+        if self.strict:
+            for short in short_of_strict(self.results, self.selected):
+                console.print(Text(f"--strict: {short}", style="bold red"))
         for gid in GUARANTEES:
             for nodeid, (outcome, reason) in sorted(self.results.get(gid, {}).items()):
                 if outcome == "passed":

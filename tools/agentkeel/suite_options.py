@@ -72,6 +72,11 @@ SUITE_OPTIONS = (
         "others are reported as not selected.",
         "G1[,G5...]",
     ),
+    SuiteOption(
+        "strict",
+        "Fail the run (exit 1) when a selected guarantee is partial (some of its tests "
+        "were skipped) or skipped (none ran), not only when one failed.",
+    ),
     SuiteOption("migrate", "Apply agentkeel migrations to the database under test first."),
     SuiteOption(
         "testcontainers",
