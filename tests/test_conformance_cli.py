@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -538,6 +539,23 @@ def test_read_only_runs_only_the_catalog_checks_and_writes_nothing(migrated_db):
     table = verdicts(result.stdout)
     assert ran_clean(table["G1"]) and (table["G12"], table["G2"]) == ("passed", "not covered")
     assert row_counts(migrated_db) == before
+
+
+def test_read_only_as_an_agent_login_is_refused_before_any_test(migrated_db):
+    """The catalog checks call functions an agent login may not: refused up front with the
+    roles that can run them (exit 7), not reported as G1 and G7 failures."""
+    role = f"akt_ro_agent_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(f'create role "{role}" login in role keel_agent')
+    try:
+        agent = conninfo.make_conninfo(migrated_db, user=role)
+        result = run_agentkeel("conformance", "--dsn", agent, "--read-only", "-q")
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(f'drop role "{role}"')
+    assert result.returncode == ExitCode.PERMISSION, result.stdout[-2000:] + result.stderr
+    assert "keel_app, keel_worker, keel_owner or keel_auditor" in result.stderr
+    assert "FAILED" not in result.stdout
 
 
 def test_guarantee_runs_only_the_tests_of_the_guarantees_named(migrated_db):

@@ -13,6 +13,9 @@ from agentkeel.exitcodes import AgentkeelError, ExitCode
 # that role may not call, the suite calls as a temporary login of the role that may (made
 # through --owner-dsn), or skips with the reason.
 SUITE_ROLES = ("keel_app", "keel_worker", "keel_owner")
+# The catalog checks (--read-only) call keel.tenant_tables() and keel.watchdog_caps(), which
+# the trusted roles and keel_auditor may execute.
+READ_ONLY_ROLES = (*SUITE_ROLES, "keel_auditor")
 
 SCHEMA_HINT = "run `agentkeel migrate up --dsn ...` first, or pass --migrate"
 
@@ -80,15 +83,23 @@ def probe_suite_database(
                 f"the agentkeel schema is not installed in the {option} database: {SCHEMA_HINT}",
                 ExitCode.SCHEMA_MISSING,
             )
-        if read_only:
-            return  # the catalog checks read pg_catalog; nothing is called
+        roles = READ_ONLY_ROLES if read_only else SUITE_ROLES
         row = conn.execute(
             "select current_user, exists (select from pg_roles"
             " where rolname = any(%s) and pg_has_role(oid, 'member'))",
-            (list(SUITE_ROLES),),
+            (list(roles),),
         ).fetchone()
         assert row is not None
         user, trusted = row
+        if not trusted and read_only:
+            raise AgentkeelError(
+                f"the {option} role {user!r} is not a member of {', '.join(roles[:-1])} or "
+                f"{roles[-1]}: the catalog checks (--read-only) read the schema through "
+                "functions only those roles may call (an agent login cannot run them)",
+                ExitCode.PERMISSION,
+            )
+        if read_only:
+            return  # the catalog checks read pg_catalog and those functions; nothing is written
         if not trusted:
             raise AgentkeelError(
                 f"the {option} role {user!r} is not a member of {', '.join(SUITE_ROLES[:-1])} or "
