@@ -94,6 +94,23 @@ def test_a_dsn_that_is_not_a_connection_string_says_so(command):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=127.0.0.1 port=abc dbname=x",
+        "postgresql://postgres@127.0.0.1/x?sslmode=bogus",
+        "host=127.0.0.1 port=99999 dbname=x",
+    ],
+)
+@pytest.mark.parametrize("command", [("migrate", "status"), ("check",)])
+def test_a_dsn_with_a_bad_option_value_is_a_usage_error(command, dsn):
+    """libpq refuses these before it opens a connection: exit 2, not the network's 6."""
+    result = run_agentkeel(*command, "--dsn", dsn)
+    assert result.returncode == ExitCode.USAGE, result.stdout + result.stderr
+    assert "--dsn has a bad option value" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_distribute_refuses_a_database_without_the_schema(db):
     result = run_agentkeel("distribute", "--dsn", db)
     assert result.returncode == ExitCode.SCHEMA_MISSING, result.stdout + result.stderr

@@ -4,6 +4,8 @@ password or a role without grants is one line and one exit code, not a test erro
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from psycopg import conninfo
 
@@ -32,6 +34,11 @@ def check_dsn(dsn: str, option: str = "--dsn") -> None:
         ) from e
 
 
+# libpq's refusals of an option value, made before it opens any connection
+# (`port=abc`, `sslmode=bogus`, `port=99999`): the DSN is wrong, not the network.
+BAD_OPTION_VALUE = re.compile(r"\binvalid\b.*\b(value|port number)\b")
+
+
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
@@ -47,6 +54,11 @@ def connect(
             dsn, autocommit=autocommit, application_name=application_name, connect_timeout=10
         )
     except psycopg.Error as e:
+        reason = first_line(e).removeprefix("connection is bad: ")
+        if BAD_OPTION_VALUE.search(reason):
+            raise AgentkeelError(
+                f"{option} has a bad option value: {reason}", ExitCode.USAGE
+            ) from e
         raise AgentkeelError(
             f"cannot connect to the {option} database: {first_line(e)}", ExitCode.CONNECTION
         ) from e
