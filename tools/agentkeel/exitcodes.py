@@ -27,13 +27,15 @@ class ExitCode(enum.IntEnum):
     OK = (0, "success: done, up to date, valid, no finding, every test passed or was skipped")
     FINDINGS = (
         1,
-        "findings: `check` or `lint` found problems, a conformance test failed, "
+        "findings: `check` or `lint` found problems, a conformance test failed (with "
+        "`--strict`, also a guarantee only partly tested), "
         "`migrate validate` found migrations pending",
     )
     USAGE = (
         2,
         "bad usage: an unknown option, no `--dsn` / `AGENTKEEL_DSN` where a database must be "
-        "named, a DSN that is not a connection string, malformed migration files, a pytest "
+        "named, a DSN that is not a connection string or has an option value libpq refuses "
+        "before connecting (`port=abc`, `sslmode=bogus`), malformed migration files, a pytest "
         "usage error, no test selected",
     )
     REFUSED = (
