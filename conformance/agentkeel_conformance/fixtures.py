@@ -21,7 +21,7 @@ from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import delete_tenant
+from agentkeel_conformance.harness import LIVE_TENANTS, delete_tenant, suite_tenant
 
 TENANT_PREFIX = "agentkeel-conformance-"
 WORKFLOW_PREFIX = "akc-"
@@ -230,12 +230,27 @@ def workflow(workflow_dsn: str, owner_dsn: str) -> Iterator[Workflow]:
         Keel(conn).define_workflow(wf.name, wf.version, wf.initial_state, EDGES)
     yield wf
     with suite_connect(owner_dsn, autocommit=True) as conn:
+        # Tenants a Ctrl-C left behind first: their tasks would keep the workflow.
+        for tenant_id in sorted(LIVE_TENANTS):
+            delete_tenant(conn, tenant_id)
         conn.execute("delete from keel.workflows where workflow = %s", (wf.name,))
+
+
+@pytest.fixture(scope="session")
+def live_tenants(owner_dsn: str, workflow: Workflow) -> Iterator[set[uuid.UUID]]:
+    """The tenants this process made and has not removed (harness.LIVE_TENANTS): any left at
+    the end of the session, by a Ctrl-C in the middle of a test, are removed then. Torn
+    down before the workflow, which their tasks would otherwise keep."""
+    yield LIVE_TENANTS
+    if LIVE_TENANTS:
+        with suite_connect(owner_dsn, autocommit=True) as conn:
+            for tenant_id in sorted(LIVE_TENANTS):
+                delete_tenant(conn, tenant_id)
 
 
 @pytest.fixture
 def make_tenant(
-    role_dsn: Callable[[str], str], owner_dsn: str
+    role_dsn: Callable[[str], str], owner_dsn: str, live_tenants: set[uuid.UUID]
 ) -> Iterator[Callable[[], uuid.UUID]]:
     """Create fresh tenants; deleting them afterwards removes everything the test wrote."""
     made: list[uuid.UUID] = []
@@ -244,7 +259,7 @@ def make_tenant(
         tenant_id = uuid.uuid4()
         # Listed before it exists: a Ctrl-C between the commit and the listing would leave
         # it behind (deleting a tenant that was never made deletes nothing).
-        made.append(tenant_id)
+        made.append(suite_tenant(tenant_id))
         with suite_connect(role_dsn("keel_app"), autocommit=True) as conn:
             Keel(conn).create_tenant(f"{TENANT_PREFIX}{tenant_id.hex[:12]}", tenant_id)
         return tenant_id

@@ -40,6 +40,18 @@ def in_tenant(conn: psycopg.Connection, tenant_id: uuid.UUID) -> Iterator[psycop
         yield conn
 
 
+# Every tenant this process made and has not removed yet, listed before it exists: what a
+# Ctrl-C leaves behind in the middle of a test (between a commit and its listing, or inside
+# a cleanup) is removed at the end of the session (fixtures.live_tenants).
+LIVE_TENANTS: set[uuid.UUID] = set()
+
+
+def suite_tenant(tenant_id: uuid.UUID) -> uuid.UUID:
+    """List a tenant the suite is about to make, for removal at the end at the latest."""
+    LIVE_TENANTS.add(tenant_id)
+    return tenant_id
+
+
 def delete_tenant(owner: psycopg.Connection, tenant_id: uuid.UUID) -> None:
     """Remove a tenant the suite made and, by cascade, everything it owns; its events go
     through a purge (G4). Owner only, and test support only: a raw DELETE, not a guarded
@@ -47,6 +59,7 @@ def delete_tenant(owner: psycopg.Connection, tenant_id: uuid.UUID) -> None:
     with in_tenant(owner, tenant_id):
         owner.execute("set local keel.purge = on")
         owner.execute("delete from keel.tenants where tenant_id = %s", (tenant_id,))
+    LIVE_TENANTS.discard(tenant_id)
 
 
 def tenant_snapshot(

@@ -33,7 +33,7 @@ from agentkeel.errors import (
 )
 from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.fixtures import EDGES, TENANT_PREFIX
-from agentkeel_conformance.harness import delete_tenant
+from agentkeel_conformance.harness import delete_tenant, suite_tenant
 
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5")
 
@@ -76,7 +76,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
             super().__init__()
             self.conn = suite_connect(dsn, autocommit=True)
             self.keel = Keel(self.conn)
-            self.tenant = uuid.uuid4()
+            self.tenant = suite_tenant(uuid.uuid4())  # listed before it exists
             self.keel.create_tenant(f"{TENANT_PREFIX}model", self.tenant)
             self.model = Model()
 
@@ -228,7 +228,7 @@ def machine(dsn: str, owner_dsn: str, workflow: str) -> type[RuleBasedStateMachi
     return TaskLifecycle
 
 
-def test_the_lifecycle_matches_the_model(role_dsn, owner_dsn, workflow):
+def test_the_lifecycle_matches_the_model(role_dsn, owner_dsn, workflow, live_tenants):
     """No mutation: randomised model run: which planted bug it finds depends on the draw."""
     run_state_machine_as_test(
         machine(role_dsn("keel_app"), owner_dsn, workflow.name),
