@@ -33,7 +33,12 @@ def private_tmp() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def start(args: list[str], tmp: Path) -> subprocess.Popen[str]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start(args: list[str], tmp: Path, *, sigint_ignored: bool = False) -> subprocess.Popen[str]:
+    """sigint_ignored: as a non-interactive shell starts `agentkeel conformance &`."""
     env = {k: v for k, v in os.environ.items() if k != "AGENTKEEL_DSN"}
     env["TMPDIR"] = str(tmp)
     return subprocess.Popen(
@@ -44,6 +49,7 @@ def start(args: list[str], tmp: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a shell gives a foreground job
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
     )
 
 
@@ -61,6 +67,8 @@ def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], timeout
 def interrupt(proc: subprocess.Popen[str], target: str) -> tuple[str, str]:
     if target == "group":  # Ctrl-C in a terminal: every process of the foreground job
         os.killpg(proc.pid, signal.SIGINT)
+    elif target == "term":  # kill <pid>, a supervisor's stop
+        proc.send_signal(signal.SIGTERM)
     else:  # kill -INT <pid>
         proc.send_signal(signal.SIGINT)
     try:
@@ -98,9 +106,15 @@ def embedded_has_tenants(tmp: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("target", ["group", "pid"])
-def test_ctrl_c_on_the_embedded_default_removes_the_cluster(private_tmp, target):
-    proc = start([], private_tmp)
+@pytest.mark.parametrize(
+    ("target", "sigint_ignored"),
+    [("group", False), ("pid", False), ("pid", True), ("term", True)],
+    ids=["ctrl-c", "kill-int", "kill-int-started-in-background", "kill-term"],
+)
+def test_ctrl_c_on_the_embedded_default_removes_the_cluster(private_tmp, target, sigint_ignored):
+    """Also when started with SIGINT ignored, as `agentkeel conformance &` in a script: the
+    suite must stop at the signal, not run to its end first."""
+    proc = start([], private_tmp, sigint_ignored=sigint_ignored)
     wait_for(lambda: embedded_has_tenants(private_tmp), proc, timeout=180)
     assert postgres_processes_under(private_tmp), "the embedded postmaster was not found"
     stdout, stderr = interrupt(proc, target)
@@ -114,6 +128,7 @@ def test_ctrl_c_on_the_embedded_default_removes_the_cluster(private_tmp, target)
     assert not left, "a postmaster of the suite kept running"
     assert not list(private_tmp.glob("agentkeel-pg-*")), "the cluster's temp folder remains"
     assert proc.returncode == ExitCode.INTERRUPTED, (stdout[-2000:], stderr[-2000:])
+    assert "KeyboardInterrupt" in stdout, "the suite ran on after the signal: " + stdout[-2000:]
     messages = [line for line in stderr.splitlines() if line.startswith("agentkeel")]
     assert len(messages) == 1 and messages[0].startswith("agentkeel: interrupted"), stderr
 

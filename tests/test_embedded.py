@@ -93,10 +93,15 @@ def test_the_embedded_command_removes_its_cluster_on_a_signal(sig, preexec):
             data_dir = Path(conn.execute("show data_directory").fetchone()[0])
             assert conn.execute("select to_regproc('keel.transition_task')").fetchone()[0]
         proc.send_signal(sig)
-        proc.wait(timeout=60)
+        _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    # How to use it and stop it, then why it ended: on stderr, the DSN alone on stdout.
+    assert f"export AGENTKEEL_DSN='{dsn}'" in stderr, stderr
+    assert f"kill -TERM {proc.pid}" in stderr, stderr
+    assert stderr.splitlines()[-1].startswith("agentkeel: interrupted"), stderr
+    assert proc.returncode == ExitCode.INTERRUPTED, stderr
     assert not data_dir.exists()
     assert not data_dir.parent.exists()
     deadline = time.monotonic() + 5

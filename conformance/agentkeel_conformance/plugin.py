@@ -18,7 +18,7 @@ from agentkeel.preflight import connect as connect_dsn
 from agentkeel.preflight import probe_suite_database
 from agentkeel.suite_options import SUITE_OPTIONS
 from agentkeel_conformance.connections import NO_PREPARE_ENV
-from agentkeel_conformance.guarantees import GUARANTEES
+from agentkeel_conformance.guarantees import GUARANTEES, parse_guarantees
 from agentkeel_conformance.signing_keys import SigningKeyCleanup
 
 # The suite's fixtures, registered the pytest way.
@@ -68,14 +68,10 @@ def selected_guarantees(config: pytest.Config) -> frozenset[str] | None:
     value = config.getoption("--keel-guarantee", None)
     if value is None:
         return None
-    gids = [g.strip().upper() for g in str(value).split(",") if g.strip()]
-    unknown = [g for g in gids if g not in GUARANTEES]
-    if not gids or unknown:
-        raise pytest.UsageError(
-            f"--guarantee: unknown guarantee {', '.join(unknown) or repr(value)}"
-            f" (one or more of {', '.join(GUARANTEES)}, comma-separated)"
-        )
-    return frozenset(gids)
+    try:
+        return parse_guarantees(str(value))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 @pytest.hookimpl(tryfirst=True)

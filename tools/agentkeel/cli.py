@@ -35,6 +35,7 @@ from agentkeel.distribute import citus_installed, read_layout, script
 from agentkeel.distribute import plan as plan_distribution
 from agentkeel.embedded import EmbeddedError, PostgresNotFound, find_bindir
 from agentkeel.exitcodes import AgentkeelError, ExitCode, lookup, markdown_table
+from agentkeel.guarantees import parse_guarantees
 from agentkeel.lint import lint as run_lint
 from agentkeel.lint import to_json as lint_json
 from agentkeel.migrate import (
@@ -48,8 +49,8 @@ from agentkeel.migrate import (
 from agentkeel.preflight import check_dsn, first_line, probe_suite_database, require_schema
 from agentkeel.preflight import connect as connect_dsn
 from agentkeel.sql_files import sql_root
-from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
-from agentkeel.target import database, embedded_database
+from agentkeel.suite_options import SUITE_OPTIONS, option_value, plugin_args
+from agentkeel.target import cleanup_on_sigterm, database, embedded_database
 from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
 
 out = Console(highlight=False, soft_wrap=True)
@@ -1208,18 +1209,17 @@ def run_rounds(
     interrupted (SIGTERM, a supervisor's stop, like Ctrl-C)."""
     if once and interval is not None:
         fail("--once and --interval exclude each other", ExitCode.USAGE)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with connect_dsn(require_dsn(dsn), application_name=application_name) as conn:
-            require_schema(conn)
-            while True:
-                one_round(conn, interval is not None)
-                sys.stdout.flush()
-                if interval is None:
-                    return
-                time.sleep(interval)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with (
+        cleanup_on_sigterm(),
+        connect_dsn(require_dsn(dsn), application_name=application_name) as conn,
+    ):
+        require_schema(conn)
+        while True:
+            one_round(conn, interval is not None)
+            sys.stdout.flush()
+            if interval is None:
+                return
+            time.sleep(interval)
 
 
 @main.command(short_help="Take over tasks whose lease expired (the recoverer).")
@@ -1306,10 +1306,6 @@ def watchdog(
     run_rounds(dsn, "agentkeel-watchdog", once, interval, one_round)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 # -- conformance --------------------------------------------------------------
 
 
@@ -1378,17 +1374,28 @@ def suite_options_help() -> str:
 def run_suite(command: list[str], env: dict[str, str]) -> tuple[int, str | None]:
     """Run pytest in its own process group; forward Ctrl-C / SIGTERM to it once, as a SIGINT,
     and wait (up to TEARDOWN_GRACE) for its teardown. A second signal, or the grace running
-    out, kills it. Returns (pytest's exit code, the signal's name or None)."""
-    proc = subprocess.Popen(command, env=env, process_group=0)
+    out, kills it. Returns (pytest's exit code, the signal's name or None).
+
+    The handlers are installed before pytest starts: a handled signal is reset to its
+    default in the child, so pytest gets a working Ctrl-C even when this process was started
+    with SIGINT ignored (`agentkeel conformance &` in a non-interactive shell), which it
+    would otherwise inherit and ignore the forwarded SIGINT."""
     received: list[int] = []
+    procs: list[subprocess.Popen[bytes]] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT if len(received) == 1 else signal.SIGKILL)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT if len(received) == 1 else signal.SIGKILL)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        proc = subprocess.Popen(command, env=env, process_group=0)
+        procs.append(proc)
+        if received:  # a signal that came while pytest was being started
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
         deadline: float | None = None
         while True:
             if received and deadline is None:
@@ -1434,6 +1441,12 @@ def conformance(dsn: str | None, pytest_args: tuple[str, ...]) -> None:
     """Run the conformance suite; extra arguments go to pytest (-x, -k, -n 2, --junitxml=...)."""
     args = plugin_args(list(pytest_args))  # --owner-dsn -> the plugin's --keel-owner-dsn
     flags = {a.split("=", 1)[0] for a in args}
+    guarantees = option_value(args, "--keel-guarantee")
+    if guarantees is not None:
+        try:
+            parse_guarantees(guarantees)
+        except ValueError as e:
+            fail(str(e), ExitCode.USAGE)
     # Fail fast, before pytest starts: one line and one exit code, not an error per test.
     if dsn:
         probe_suite_database(
@@ -1475,14 +1488,22 @@ def embedded() -> None:
     # script), a process inherits SIGINT ignored, and Ctrl-C or `kill -INT` would never
     # remove the cluster.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    with embedded_database() as target:
-        out.print(target)
-        sys.stdout.flush()
-        try:
+    try:
+        with embedded_database() as target:  # SIGTERM: KeyboardInterrupt too (target.py)
+            # The DSN alone on stdout (`dsn=$(agentkeel embedded | head -1)`); how to use it
+            # and how to stop it on stderr.
+            out.print(target, markup=False)
+            sys.stdout.flush()
+            err.print(
+                f"agentkeel: a migrated throwaway PostgreSQL is running; use it with\n"
+                f"  export AGENTKEEL_DSN='{target}'\n"
+                f"Ctrl-C (or kill -INT / kill -TERM {os.getpid()}) stops it and removes its data.",
+                markup=False,
+            )
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        fail("interrupted: the embedded cluster was stopped and removed", ExitCode.INTERRUPTED)
 
 
 # -- errors ---------------------------------------------------------------------

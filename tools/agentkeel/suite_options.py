@@ -107,3 +107,15 @@ def plugin_args(args: list[str]) -> list[str]:
         flag, eq, value = arg.partition("=")
         mapped.append(names[flag] + eq + value if flag in names else arg)
     return mapped
+
+
+def option_value(args: list[str], flag: str) -> str | None:
+    """The value given to flag in args (`--flag X` or `--flag=X`; the last one counts), or
+    None; "" when the flag ends the arguments without a value."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+    return value

@@ -23,12 +23,13 @@ def connect(
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise KeyboardInterrupt
 
 
 @contextmanager
 def cleanup_on_sigterm() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit so `finally` blocks (cluster removal) run, like Ctrl-C does."""
+    """Handle SIGTERM (a supervisor's stop, `kill`) as Ctrl-C: KeyboardInterrupt, so
+    `finally` blocks (cluster removal) run, pytest tears down, and the CLI exits 130."""
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
