@@ -86,6 +86,15 @@ def test_commands_on_a_users_database_refuse_without_a_dsn(command):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_bootstrap_apply_without_a_dsn_names_the_variable_it_reads():
+    result = run_agentkeel("bootstrap", "--apply", "--app-login", "akt_nobody")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert result.stderr.strip() == (
+        "agentkeel: error: `agentkeel bootstrap` needs a database: "
+        "pass --dsn or set AGENTKEEL_BOOTSTRAP_DSN"
+    )
+
+
 @pytest.mark.parametrize("command", [("migrate", "status"), ("check",), ("conformance",)])
 def test_a_dsn_that_is_not_a_connection_string_says_so(command):
     result = run_agentkeel(*command, "--dsn", "not a dsn")

@@ -134,11 +134,16 @@ def dsn_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def require_dsn(dsn: str | None) -> str:
     """The named database; refuse (usage) rather than work on a throwaway cluster."""
-    command = click.get_current_context().command_path
+    ctx = click.get_current_context()
     if not dsn:
+        # The variable this command's --dsn reads: bootstrap's is its own.
+        envvar = next(
+            (p.envvar for p in ctx.command.params if p.name == "dsn" and p.envvar),
+            "AGENTKEEL_DSN",
+        )
+        hint = " (`agentkeel embedded` starts a throwaway one)" if envvar == "AGENTKEEL_DSN" else ""
         fail(
-            f"`{command}` needs a database: pass --dsn or set AGENTKEEL_DSN "
-            "(`agentkeel embedded` starts a throwaway one)",
+            f"`{ctx.command_path}` needs a database: pass --dsn or set {envvar}{hint}",
             ExitCode.USAGE,
         )
     check_dsn(dsn)
