@@ -8,11 +8,12 @@ import re
 import subprocess
 import sys
 import tomllib
+import uuid
 
 import psycopg
 import pytest
 from click.testing import CliRunner
-from psycopg import conninfo
+from psycopg import conninfo, sql
 
 import agentkeel.cli
 from agentkeel.cli import main
@@ -203,6 +204,26 @@ def test_a_role_without_grants_fails_fast_with_the_permission_code(migrated_db):
     finally:
         with psycopg.connect(migrated_db, autocommit=True) as conn:
             conn.execute("drop role ak_no_grants")
+
+
+def test_check_by_a_role_without_rights_is_the_permission_code(migrated_db):
+    """Not five rule errors telling a DBA to run `migrate up` on an up-to-date database."""
+    name = f"akt_norights_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("create role {} login").format(sql.Identifier(name)))
+    try:
+        dsn = conninfo.make_conninfo(migrated_db, user=name)
+        result = run_agentkeel("check", "--dsn", dsn)
+        assert result.returncode == ExitCode.PERMISSION, result.stdout[-2000:]
+        assert result.stdout == ""
+        assert result.stderr.strip() == (
+            f"agentkeel: error: role {name} may not read the keel schema, so no rule can run: "
+            "run `agentkeel check` as the migrator or a member of a keel_* role "
+            "(keel_auditor is enough)"
+        )
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(name)))
 
 
 def test_plain_pytest_with_the_plugin_fails_fast_too():

@@ -44,6 +44,10 @@ class SchemaMissing(Exception):
     """The database has no agentkeel schema to check."""
 
 
+class CheckNotPermitted(Exception):
+    """The role may not read the keel schema, so no rule can run."""
+
+
 class RuleError(Exception):
     """A rule file is malformed: no guarantee, or rows that contradict it."""
 
@@ -126,6 +130,13 @@ def run_checks(conn: psycopg.Connection) -> dict[str, list[Finding]]:
         row = conn.execute("select to_regnamespace('keel') is not null").fetchone()
         if not row or not row[0]:
             raise SchemaMissing("the database has no keel schema: run `agentkeel migrate up` first")
+        row = conn.execute("select current_user, has_schema_privilege('keel', 'USAGE')").fetchone()
+        if not row or not row[1]:
+            raise CheckNotPermitted(
+                f"role {row[0] if row else '?'} may not read the keel schema, so no rule can "
+                "run: run `agentkeel check` as the migrator or a member of a keel_* role "
+                "(keel_auditor is enough)"
+            )
         return {path.stem: _guarded(conn, path) for path in rule_files()}
 
 
@@ -136,6 +147,11 @@ def _guarded(conn: psycopg.Connection, path: Path) -> list[Finding]:
         with conn.transaction():  # a savepoint
             return _findings(conn, path)
     except psycopg.Error as e:
+        remedy = (
+            "Run `agentkeel check` as the migrator (a member of keel_owner)."
+            if isinstance(e, psycopg.errors.InsufficientPrivilege)
+            else "Run `agentkeel migrate up` with this agentkeel version, then check again."
+        )
         return [
             Finding(
                 path.stem,
@@ -143,7 +159,7 @@ def _guarded(conn: psycopg.Connection, path: Path) -> list[Finding]:
                 "error",
                 path.name,
                 f"the rule could not run: {e.sqlstate}: {str(e).splitlines()[0]}",
-                "Run `agentkeel migrate up` with this agentkeel version, then check again.",
+                remedy,
             )
         ]
 

@@ -29,7 +29,14 @@ from agentkeel import __version__
 from agentkeel.bootstrap import AGENT_CONNECTION_LIMIT, Login
 from agentkeel.bootstrap import Plan as BootstrapPlan
 from agentkeel.bootstrap import apply as apply_bootstrap
-from agentkeel.check import SchemaMissing, failing_findings, run_checks, to_json, to_junit
+from agentkeel.check import (
+    CheckNotPermitted,
+    SchemaMissing,
+    failing_findings,
+    run_checks,
+    to_json,
+    to_junit,
+)
 from agentkeel.distribute import apply as apply_distribution
 from agentkeel.distribute import citus_installed, read_layout, script
 from agentkeel.distribute import plan as plan_distribution
@@ -74,6 +81,8 @@ def classify(error: BaseException) -> tuple[ExitCode, str]:
         return ExitCode.TOOL_MISSING, f"embedded PostgreSQL: {first_line(error)}"
     if isinstance(error, SchemaMissing):
         return ExitCode.SCHEMA_MISSING, str(error)
+    if isinstance(error, CheckNotPermitted):
+        return ExitCode.PERMISSION, str(error)
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.INTERRUPTED, "interrupted"
     if isinstance(error, psycopg.errors.InsufficientPrivilege):
