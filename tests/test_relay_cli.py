@@ -65,6 +65,29 @@ def test_a_database_without_the_schema_is_exit_8(db):
     assert "agentkeel migrate up" in result.stderr
 
 
+@pytest.mark.parametrize("group", ["keel_app", None])
+def test_a_login_outside_keel_relay_is_refused_before_it_starts(migrated_db, group):
+    """Not "relay started" and then a permission error on the first claim."""
+    name = f"akt_notrelay_{uuid.uuid4().hex[:8]}"
+    create = "create role {} login" + (f" in role {group}" if group else "")
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(sql.SQL(create).format(sql.Identifier(name)))
+    try:
+        dsn = conninfo.make_conninfo(migrated_db, user=name)
+        result = run_agentkeel("relay", "--dsn", dsn, "--sink", "-", "--once")
+        assert result.returncode == 7, result.stderr
+        assert "relay started" not in result.stdout + result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"agentkeel: error: role {name} may not "), lines
+        assert lines[0].endswith(
+            f"the relay's login must be a member of keel_relay (grant keel_relay to {name})"
+        ), lines
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop role {}").format(sql.Identifier(name)))
+
+
 def test_an_unreachable_database_is_exit_6():
     result = run_agentkeel(
         "relay", "--dsn", "postgresql://nobody@127.0.0.1:1/x", "--sink", "-", "--once"
@@ -206,20 +229,6 @@ def test_through_pgbouncer_in_transaction_mode_the_relay_delivers_and_polls(
     assert daemon.returncode == 0, stderr
     assert "pooler detected" in stderr
     assert json.loads(sink.read_text().splitlines()[-1])["message_id"] == more[0]
-
-
-def test_a_login_outside_keel_relay_is_exit_7(migrated_db):
-    name = f"relay_app_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
-        conn.execute(f"create role {name} login in role keel_app")
-    try:
-        app = conninfo.make_conninfo(migrated_db, user=name)
-        result = run_relay(app, "-", "--once")
-        assert result.returncode == 7, result.stderr
-        assert "permission denied" in result.stderr
-    finally:
-        with psycopg.connect(migrated_db, autocommit=True) as conn:
-            conn.execute(f"drop role {name}")
 
 
 def test_the_relay_reconnects_when_its_backends_are_terminated(migrated_db, tmp_path):

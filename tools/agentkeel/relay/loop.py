@@ -116,9 +116,16 @@ CLAIM_ONE = (
 )
 
 
+# Whether the relay may look into keel at all (to_regclass and friends fail on a schema
+# the role has no USAGE on): NULL without a keel schema.
+SCHEMA_ACCESS = (
+    "select current_user as login, case when pg_catalog.to_regnamespace('keel') is not null"
+    " then pg_catalog.has_schema_privilege('keel', 'USAGE') end as usage"
+)
 STARTUP = (
     "select to_regprocedure('keel.claim_outbox(text, integer, interval, text)') is not null"
-    " as ok, exists (select 1 from pg_catalog.pg_attribute where attrelid ="
+    " as ok, pg_catalog.has_function_privilege(to_regprocedure("
+    "'keel.claim_outbox(text, integer, interval, text)'), 'EXECUTE') as may, exists (select 1 from pg_catalog.pg_attribute where attrelid ="
     " to_regclass('keel.outbox') and attname = 'held' and not attisdropped) as current,"
     " pg_catalog.clock_timestamp() as now, pg_catalog.pg_backend_pid() as pid"
 )
@@ -262,7 +269,17 @@ class Relay:
     async def _startup_checks(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> bool:
         """Refuse a database without the relay's functions (or older than this relay);
         True when behind a pooler."""
-        cur = await conn.execute(STARTUP)
+        cur = await conn.execute(SCHEMA_ACCESS)
+        access = await cur.fetchone()
+        assert access is not None
+        login = access["login"]
+        if access["usage"] is False:
+            raise AgentkeelError(
+                f"role {login} may not use the keel schema: the relay's login must be a member "
+                f"of keel_relay (grant keel_relay to {login})",
+                ExitCode.PERMISSION,
+            )
+        cur = await conn.execute(STARTUP if access["usage"] else "select false as ok")
         row = await cur.fetchone()
         assert row is not None
         if not row["ok"]:
@@ -270,6 +287,12 @@ class Relay:
                 "the database has no keel.claim_outbox: the agentkeel schema (with the relay's "
                 "functions) is not installed; run `agentkeel migrate up` first",
                 ExitCode.SCHEMA_MISSING,
+            )
+        if not row["may"]:
+            raise AgentkeelError(
+                f"role {login} may not claim outbox messages: the relay's login must be a "
+                f"member of keel_relay (grant keel_relay to {login})",
+                ExitCode.PERMISSION,
             )
         if not row["current"]:
             raise AgentkeelError(
