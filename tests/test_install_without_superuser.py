@@ -27,6 +27,14 @@ def test_a_createrole_database_owner_installs_checks_and_passes_the_suite():
 
         up = run_agentkeel("migrate", "up", "--dsn", dsn)
         assert up.returncode == 0, up.stderr
+        # The count is the "applied" lines: policies/ run again after the no-transaction
+        # files, and say so, rather than being counted once and listed twice.
+        lines = up.stdout.splitlines()
+        applied = [line for line in lines if line.startswith("applied ")]
+        again = [line for line in lines if line.startswith("re-applied policies/")]
+        assert len({line.split()[1] for line in applied}) == len(applied)
+        assert again, up.stdout
+        assert lines[-1].startswith(f"{len(applied)} files applied, {len(again)} of them twice")
         assert run_agentkeel("migrate", "up", "--dsn", dsn).stdout.strip().endswith("up to date")
         check = run_agentkeel("check", "--dsn", dsn)
         assert check.returncode == 0, check.stdout

@@ -294,7 +294,16 @@ def up(
         def waiting(pid: int | None) -> None:
             err.print(f"agentkeel: waiting for another migrator (backend pid {pid}) to finish")
 
+        seen: set[str] = set()
+        again: list[str] = []
+
         def applied(mig: Any, ms: int) -> None:
+            # policies/ run once more after no-transaction files: say so, count files once.
+            if mig.name in seen:
+                again.append(mig.name)
+                out.print(f"re-applied {mig.name} after the no-transaction files ({ms} ms)")
+                return
+            seen.add(mig.name)
             out.print(f"applied {mig.name} ({ms} ms)")
 
         done = migrate_up(
@@ -306,7 +315,8 @@ def up(
             on_applied=applied,
         )
     if done:
-        out.print(f"{len(done)} applied in {time.monotonic() - started:.1f}s")
+        twice = f", {len(again)} of them twice" if again else ""
+        out.print(f"{len(done)} files applied{twice} in {time.monotonic() - started:.1f}s")
     else:
         out.print("nothing to do: the database is up to date")
 
