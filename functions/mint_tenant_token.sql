@@ -1,5 +1,5 @@
 -- Tenant tokens (G1): the trusted side hands an agent a token for one tenant, bound to
--- the agent's login when p_login names it (every agent its own login: README, Roles).
+-- the agent's login when p_login names it (every agent its own login: docs/security.md, Roles).
 create or replace function keel.mint_tenant_token(
     p_tenant_id uuid,
     p_ttl interval default '15 minutes',

@@ -28,7 +28,7 @@ begin
         raise exception using
             errcode = '42501',
             message = 'keel.watchdog needs pg_read_all_stats, and pg_signal_backend to end backends',
-            hint = 'As a superuser: GRANT pg_read_all_stats, pg_signal_backend TO <the watchdog login> (README, Roles).';
+            hint = 'As a superuser: GRANT pg_read_all_stats, pg_signal_backend TO <the watchdog login> (docs/security.md, Roles).';
     end if;
     return query
         with backends as (

@@ -1,5 +1,5 @@
-"""agentkeel on a real Citus cluster (issue 20): installed as the README says, then used and
-attacked with the logins the README describes. Needs $AGENTKEEL_CITUS_DSN (a coordinator's
+"""agentkeel on a real Citus cluster (issue 20): installed as docs/citus.md says, then used and
+attacked with the logins docs/security.md describes. Needs $AGENTKEEL_CITUS_DSN (a coordinator's
 superuser DSN, ../shared/citus/cluster.sh dsn); skipped with that reason without it.
 
 Every database here is fresh on every node (tests/citus_cluster.py); most tests share one
@@ -212,7 +212,7 @@ def probe(cluster: Cluster) -> Iterator[None]:
 def test_sql_a_login_smuggles_onto_a_worker_runs_as_that_login_and_changes_nothing(
     cluster, probe, role
 ):
-    """The hole the README used to document: a login that had called a SECURITY DEFINER
+    """The hole the docs used to document: a login that had called a SECURITY DEFINER
     function in its transaction could run SQL of its choosing on the workers as keel_owner
     (worker connections opened by the function as its owner), and with it read another
     tenant's rows, forge tokens, rewrite tasks and history. Now every connection a

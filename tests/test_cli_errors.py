@@ -17,7 +17,7 @@ from psycopg import conninfo, sql
 
 import agentkeel.cli
 from agentkeel.cli import main
-from agentkeel.exitcodes import ExitCode, markdown_table
+from agentkeel.exitcodes import ExitCode
 from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
 from conftest import REPO, run_agentkeel
 
@@ -31,14 +31,6 @@ PLAIN_PYTEST = [
     "--pyargs",
     "agentkeel_conformance",
 ]
-
-
-def test_readme_exit_code_table_is_the_enum():
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Exit codes\n", 1)[1].split("\n## ", 1)[0]
-    table = "\n".join(line for line in section.splitlines() if line.startswith("|")) + "\n"
-    assert table == markdown_table()
-    assert run_agentkeel("exit-codes", "--markdown").stdout == markdown_table()
 
 
 def test_every_member_is_documented_and_distinct():

@@ -1,5 +1,6 @@
-"""The README's worked example runs as written, against a real database: twice on the same
-database, as a login role in keel_app and keel_worker, directly and through PgBouncer."""
+"""The worked example of docs/api.md (linked from the README) runs as written, against a real
+database: twice on the same database, as a login role in keel_app and keel_worker, directly
+and through PgBouncer."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from psycopg import conninfo, sql
 
 from conftest import REPO
 
+EXAMPLE_PAGE = "docs/api.md"
+
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
+    return re.findall(r"```python\n(.*?)```", (REPO / EXAMPLE_PAGE).read_text(), flags=re.DOTALL)
 
 
 @pytest.fixture
@@ -42,7 +45,7 @@ def run_example(dsn: str, calls: list[tuple[str, int, str]]) -> None:
 
     (example,) = [b for b in python_blocks() if "reserve_operation" in b]
     scope = {"dsn": dsn, "payments": Payments()}
-    exec(compile(example, "README.md", "exec"), scope)
+    exec(compile(example, EXAMPLE_PAGE, "exec"), scope)
     if "conn" in scope:
         scope["conn"].close()
 

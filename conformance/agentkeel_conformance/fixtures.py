@@ -331,7 +331,7 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., LoginRol
                             sql.Identifier(name), sql.Literal(password), sql.Identifier(keel_role)
                         )
                     )
-                    # The group's defaults, copied onto the login as the README tells a
+                    # The group's defaults, copied onto the login as docs/security.md tells a
                     # DBA to do.
                     for setting, value in role_defaults(conn, keel_role).items():
                         conn.execute(

@@ -28,7 +28,7 @@ def test_acting_roles_carry_timeout_defaults(connect, role):
 
 def test_agents_carry_a_transaction_timeout_where_the_server_has_one(connect):
     """PostgreSQL 17+ bounds a whole agent transaction, however busy it keeps itself; 15
-    and 16 have no such setting (README: the reaper query instead).
+    and 16 have no such setting (docs/security.md: the watchdog instead).
     No mutation: a catalog property of policies/06, checked directly."""
     conn = connect()
     version = conn.execute("select current_setting('server_version_num')::int").fetchone()
@@ -39,7 +39,7 @@ def test_agents_carry_a_transaction_timeout_where_the_server_has_one(connect):
 
 
 def test_an_agent_login_left_idle_in_a_transaction_is_terminated(login_role):
-    """What the server enforces on a real keel_agent login set up as the README says (the
+    """What the server enforces on a real keel_agent login set up as docs/security.md says (the
     group's settings copied on): an agent that holds a transaction open across a slow
     external call loses it.
     Mutation: agent_idle_unbounded."""

@@ -162,7 +162,7 @@ def require_dsn(dsn: str | None) -> str:
 @click.group(
     cls=AgentkeelGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="Exit codes: `agentkeel exit-codes` (also in README).",
+    epilog="Exit codes: `agentkeel exit-codes` (also in docs/errors.md).",
 )
 @click.version_option(__version__, prog_name="agentkeel")
 @click.option(
@@ -1545,7 +1545,7 @@ def errors() -> None:
 
 
 @main.command("exit-codes")
-@click.option("--markdown", is_flag=True, help="As README's table.")
+@click.option("--markdown", is_flag=True, help="As the table in docs/errors.md.")
 def exit_codes(markdown: bool) -> None:
     """List agentkeel's exit codes."""
     if markdown:

@@ -1,7 +1,7 @@
 """The Citus distribution step (CITUS.md §(a) item 26), generated from the catalog so that no
 table or function, including ones other releases add, can be forgotten.
 
-The execution model it sets up (README "Scale-out on Citus", docs/citus.md): every API
+The execution model it sets up (docs/citus.md): every API
 call runs on the node that holds its tenant, as the caller's own login. Functions that
 take ``p_tenant_id`` and are granted to an application role are distributed by that
 argument with ``force_delegation``, so Citus sends the call itself to that node, inside a
@@ -513,7 +513,7 @@ def script(layout: Layout, shard_count: int | None = None) -> str:
         "-- Generated from the catalog. Run as a superuser on the coordinator, after",
         "-- `create extension citus` on every node and citus_add_node for each worker.",
         "-- Re-run after every `agentkeel migrate up`: it only does what is still missing.",
-        '-- What it sets up: README, "Scale-out on Citus"; docs/citus.md.',
+        "-- What it sets up: docs/citus.md.",
     ]
     if not steps:
         out.append("-- Nothing to do: every table, function, setting and key is in place.")

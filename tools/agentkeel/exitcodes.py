@@ -1,6 +1,6 @@
 """Every exit code agentkeel uses, in one place: the CLI, the migrator and the suite's plugin.
 
-README's exit-code table is `markdown_table()` (tests/test_exitcodes.py compares them).
+The exit-code table of docs/errors.md is `markdown_table()` (tests/test_docs.py compares them).
 pytest's own codes 2-5 (interrupted, internal error, usage error, no tests collected) are
 never reused for what the suite's plugin reports itself, so `agentkeel conformance` can map
 them without ambiguity.
@@ -12,7 +12,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """An agentkeel exit code; each member's docstring is its README entry."""
+    """An agentkeel exit code; each member's docstring is its docs/errors.md entry."""
 
     def __new__(cls, value: int, description: str) -> ExitCode:
         member = int.__new__(cls, value)
@@ -96,7 +96,7 @@ def lookup(value: int) -> ExitCode | None:
 
 
 def markdown_table() -> str:
-    """README's exit-code table, generated from the enum."""
+    """The exit-code table of docs/errors.md, generated from the enum."""
     lines = ["| code | name | meaning |", "|---|---|---|"]
     for member in ExitCode:
         lines.append(f"| {member.value} | `{member.name}` | {member.description} |")

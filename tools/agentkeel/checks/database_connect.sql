@@ -26,7 +26,7 @@ select
     ) as problem,
     format(
         'REVOKE CONNECT ON DATABASE %I FROM %I; then GRANT CONNECT ON DATABASE %I TO '
-        || 'each login of this installation (README, Roles)',
+        || 'each login of this installation (docs/security.md, Bootstrap)',
         current_database(), r.rolname, current_database()
     ) as remedy
 from grants as g

@@ -65,7 +65,7 @@ select
     'error' as level,
     a.rolname::text as object,
     format('no %s default (or it is 0)', q.setting) as problem,
-    format('ALTER ROLE %I SET %s = ''...'';  -- see README, Roles', a.rolname, q.setting) as remedy
+    format('ALTER ROLE %I SET %s = ''...'';  -- see docs/security.md, Roles', a.rolname, q.setting) as remedy
 from acting as a
 cross join required as q
 where

@@ -217,7 +217,7 @@ def _delegation(f: SqlFile, body: FunctionBody, known: dict[str, Table]) -> Iter
                 body.line,
                 "citus.delegation",
                 f"{body.name}: {DELEGATION_ARGUMENT} " + " and ".join(problems),
-                "API functions are PL/pgSQL with p_tenant_id uuid first (CITUS.md rule 23)",
+                "API functions are PL/pgSQL with p_tenant_id uuid first (docs/citus.md)",
             )
         if "keel.tenants" in known and "citus.worker_tables" not in f.allowed:
             for statement in body.statements:

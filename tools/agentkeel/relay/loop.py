@@ -125,7 +125,8 @@ SCHEMA_ACCESS = (
 STARTUP = (
     "select to_regprocedure('keel.claim_outbox(text, integer, interval, text)') is not null"
     " as ok, pg_catalog.has_function_privilege(to_regprocedure("
-    "'keel.claim_outbox(text, integer, interval, text)'), 'EXECUTE') as may, exists (select 1 from pg_catalog.pg_attribute where attrelid ="
+    "'keel.claim_outbox(text, integer, interval, text)'), 'EXECUTE') as may,"
+    " exists (select 1 from pg_catalog.pg_attribute where attrelid ="
     " to_regclass('keel.outbox') and attname = 'held' and not attisdropped) as current,"
     " pg_catalog.clock_timestamp() as now, pg_catalog.pg_backend_pid() as pid"
 )
