@@ -4,6 +4,7 @@ message, the traceback only under --debug; commands that need a database refuse 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import agentkeel.cli
 from agentkeel.cli import main
 from agentkeel.exitcodes import ExitCode
 from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
-from conftest import REPO, run_agentkeel
+from conftest import AGENTKEEL, REPO, run_agentkeel
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/none"
 PLAIN_PYTEST = [
@@ -118,6 +119,25 @@ def test_distribute_refuses_a_database_without_the_schema(db):
     assert result.returncode == ExitCode.SCHEMA_MISSING, result.stdout + result.stderr
     assert "agentkeel migrate up" in result.stderr
     assert result.stdout == ""
+
+
+def test_tables_are_printed_whole_when_stdout_is_not_a_terminal(migrated_db):
+    """A CI log or a pipe: no cell cut at 80 columns (rich's default without a terminal)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+
+    def printed(*args: str) -> str:
+        result = subprocess.run(
+            [*AGENTKEEL, *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        assert "…" not in result.stdout, result.stdout
+        return result.stdout
+
+    status = printed("migrate", "status", "--dsn", migrated_db)
+    names = [p.relative_to(REPO).as_posix() for p in sorted((REPO / "schema").glob("*.sql"))]
+    assert all(name in status for name in names), status
+    exit_codes = printed("exit-codes")
+    assert all(member.description in exit_codes for member in ExitCode), exit_codes
 
 
 def test_migrate_status_exits_refused_on_drift_and_has_json(migrated_db):

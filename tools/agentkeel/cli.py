@@ -21,7 +21,6 @@ from typing import Any, NoReturn
 
 import click
 import psycopg
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
@@ -37,6 +36,7 @@ from agentkeel.check import (
     to_json,
     to_junit,
 )
+from agentkeel.console import make_console
 from agentkeel.distribute import apply as apply_distribution
 from agentkeel.distribute import citus_installed, read_layout, script
 from agentkeel.distribute import plan as plan_distribution
@@ -60,8 +60,8 @@ from agentkeel.suite_options import SUITE_OPTIONS, option_value, plugin_args
 from agentkeel.target import cleanup_on_sigterm, database, embedded_database
 from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = make_console()
+err = make_console(stderr=True)
 
 
 def fail(message: str, code: ExitCode) -> NoReturn:
@@ -376,12 +376,8 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
         )
         for f in findings:
             table.add_row(f.rule, f.guarantee, f.level, f.object, f.problem, f.remedy)
-        console = Console(
-            file=io.StringIO() if output else None,
-            record=output is not None,
-            highlight=False,
-            width=200,
-        )
+        buffer = io.StringIO()
+        console = make_console(file=buffer) if output else out
         if findings:
             console.print(table)
         failing = len(failing_findings(results))
@@ -391,7 +387,7 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
             else f"all {len(results)} rules pass: {', '.join(sorted(results))}"
         )
         if output is not None:
-            output.write_text(console.export_text(), encoding="utf-8")
+            output.write_text(buffer.getvalue(), encoding="utf-8")
     if failing_findings(results):
         sys.exit(ExitCode.FINDINGS)
 
