@@ -122,8 +122,9 @@ def test_distribute_refuses_a_database_without_the_schema(db):
 
 
 def test_tables_are_printed_whole_when_stdout_is_not_a_terminal(migrated_db):
-    """A CI log or a pipe: no cell cut at 80 columns (rich's default without a terminal)."""
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    """A CI log or a pipe: no cell cut at 80 columns (rich's default without a terminal),
+    also where the runner sets COLUMNS=80 (pytest-xdist's workers do)."""
+    env = {**os.environ, "COLUMNS": "80"}
 
     def printed(*args: str) -> str:
         result = subprocess.run(

@@ -7,7 +7,6 @@ Where nobody reads at a width, every cell is printed whole, one row per line.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import IO
 
@@ -18,15 +17,15 @@ PLAIN_WIDTH = 10_000
 
 
 def make_console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """A console for stdout (or stderr, or file): the terminal's width on a terminal
-    ($COLUMNS when set), else PLAIN_WIDTH."""
+    """A console for stdout (or stderr, or file): the terminal's width on a terminal,
+    else PLAIN_WIDTH ($COLUMNS describes a terminal, and some runners set it to 80 for
+    output that goes to a log)."""
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
     on_terminal = hasattr(stream, "isatty") and stream.isatty()
-    wide = not on_terminal and "COLUMNS" not in os.environ
     return Console(
         stderr=stderr,
         file=file,
         highlight=False,
         soft_wrap=True,
-        width=PLAIN_WIDTH if wide else None,
+        width=None if on_terminal else PLAIN_WIDTH,
     )
