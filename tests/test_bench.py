@@ -71,11 +71,17 @@ def test_the_command_prints_the_table_and_json(migrated_db):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "reserve" in result.stdout and "ratio" in result.stdout
+    # Not a terminal (a CI log): a progress line per run on stderr, not minutes of silence.
+    assert result.stderr.splitlines() == [
+        "bench: run 1 of 2: reserve x1 floor 1/1",
+        "bench: run 2 of 2: reserve x1 keel 1/1",
+    ]
     as_json = run_agentkeel(
         "bench", "--dsn", migrated_db, "--workload", "reserve", "--workload", "policy",
         "--rows", "100", "--workers", "1", "--duration", "1", "--repeats", "1", "--json",
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
+    assert "bench: the tenant policy: 100 tasks per tenant" in as_json.stderr
     document = json.loads(as_json.stdout)  # one document, nothing else on stdout
     assert len(document["policy"]) == 4 and document["policy"][0]["best_ms"] > 0
     assert {(r["workload"], r["side"]) for r in document["runs"]} == {

@@ -14,7 +14,7 @@ import sys
 import textwrap
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -560,13 +560,8 @@ def bench(
         from agentkeel.workloads import run as run_workloads
         from agentkeel.workloads import summarize
 
-        total = len(chosen) * len(counts) * repeats * 2 * duration
-        with Progress(console=err, transient=True, disable=as_json) as bar:
-            task = bar.add_task("bench", total=total)
-
-            def tick(label: str, index: int, elapsed: float) -> None:
-                bar.update(task, description=label, completed=index * duration + elapsed)
-
+        total_runs = len(chosen) * len(counts) * repeats * 2
+        with bench_progress(total_runs, duration, quiet=as_json) as tick:
             runs = run_workloads(
                 target,
                 chosen,
@@ -659,12 +654,59 @@ def _storage_table(summaries: list[Any]) -> Table:
     return table
 
 
+# Without a terminal, a progress line at least this often (seconds) within a long run.
+PROGRESS_EVERY = 30.0
+
+
+@contextlib.contextmanager
+def bench_progress(
+    total_runs: int, duration: float, *, quiet: bool
+) -> Iterator[Callable[[str, int, float], None]]:
+    """The workloads' progress callback: a transient bar on a terminal (none with quiet, for
+    --json); elsewhere (a CI log) a line on stderr as each run starts and every
+    PROGRESS_EVERY seconds of a long one, so the log never sits silent for minutes."""
+    if err.is_terminal:
+        with Progress(console=err, transient=True, disable=quiet) as bar:
+            task = bar.add_task("bench", total=total_runs * duration)
+
+            def tick_bar(label: str, index: int, elapsed: float) -> None:
+                bar.update(task, description=label, completed=index * duration + elapsed)
+
+            yield tick_bar
+        return
+    current = {"index": -1, "said": 0.0}
+
+    def tick_line(label: str, index: int, elapsed: float) -> None:
+        if index != current["index"]:
+            current.update(index=index, said=0.0)
+            err.print(f"bench: run {index + 1} of {total_runs}: {label}", markup=False)
+        elif elapsed - current["said"] >= PROGRESS_EVERY:
+            current["said"] = elapsed
+            err.print(
+                f"bench: run {index + 1} of {total_runs}: {label}, {elapsed:.0f} s of "
+                f"{duration:g} s",
+                markup=False,
+            )
+
+    yield tick_line
+
+
+def say_progress(message: str) -> None:
+    """One progress line on stderr where no bar is shown (not a terminal)."""
+    if not err.is_terminal:
+        err.print(f"bench: {message}", markup=False)
+
+
 def _bench_relay(
     target: str, messages: int, nats_url: str, backlog: int, as_json: bool
 ) -> list[dict[str, Any]]:
     """Measure the relay; print its table unless as_json. Returns the figures."""
     from agentkeel.bench import run_relay_bench
 
+    say_progress(
+        f"the relay: {messages:,} messages to a file and to NATS, batch 1 and 100"
+        + (f", then with {backlog:,} held back" if backlog else "")
+    )
     measured = run_relay_bench(target, messages=messages, nats_url=nats_url, backlog=backlog)
     figures = [
         {
@@ -710,6 +752,7 @@ def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[d
     """Measure the policy cost; print its table unless as_json. Returns the figures."""
     from agentkeel.bench import run
 
+    say_progress(f"the tenant policy: {rows:,} tasks per tenant, {repeats} runs")
     results = run(target, rows=rows, repeats=repeats)
     figures = [
         {"case": m.case, "best_ms": round(m.best_ms, 3), "us_per_row": round(m.us_per_row, 3)}
