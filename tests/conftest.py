@@ -27,6 +27,8 @@ from agentkeel.migrate import migrate_up
 from agentkeel.sql_files import sql_root
 from pgbouncer import PgBouncer, PgBouncerNotFound
 
+pytest_plugins = ["progress_lines"]
+
 REPO = Path(__file__).resolve().parents[1]
 _SCRIPT = Path(sys.executable).parent / "agentkeel"
 AGENTKEEL = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "agentkeel.cli"]
