@@ -78,7 +78,7 @@ def test_the_command_prints_the_table_and_json(migrated_db):
     ]
     as_json = run_agentkeel(
         "bench", "--dsn", migrated_db, "--workload", "reserve", "--workload", "policy",
-        "--rows", "100", "--workers", "1", "--duration", "1", "--repeats", "1", "--json",
+        "--rows", "100", "--workers", "1", "--duration", "1", "--repeats", "1", "--format", "json",
     )  # fmt: skip
     assert as_json.returncode == 0, as_json.stderr
     assert "bench: the tenant policy: 100 tasks per tenant" in as_json.stderr
@@ -95,7 +95,7 @@ def test_plot_draws_a_png_and_the_runs_carry_their_storage_samples(migrated_db, 
     png = tmp_path / "bench.png"
     result = run_agentkeel(
         "bench", "--dsn", migrated_db, "--workload", "claim-complete", "--workers", "1,2",
-        "--duration", "2", "--repeats", "1", "--plot", str(png), "--json",
+        "--duration", "2", "--repeats", "1", "--plot", str(png), "--format", "json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

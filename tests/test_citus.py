@@ -505,13 +505,21 @@ def test_a_message_that_crashes_the_relay_dies_alone_and_is_replayed_on_the_clus
     assert [(d["topic"], d["decided_by"]) for d in deaths] == [("citus.crash.poison", "claim")]
 
     listed = run_agentkeel(
-        "relay", "dead", "list", "--dsn", relay_dsn, "--tenant", str(cluster.b), "--json"
+        "relay", "dead", "list", "--dsn", relay_dsn, "--tenant", str(cluster.b), "--format", "json"
     )
     assert listed.returncode == 0, listed.stderr
     [dead] = json.loads(listed.stdout)["dead"]
     assert (dead["topic"], dead["attempts"]) == ("citus.crash.poison", 0)
     replayed = run_agentkeel(
-        "relay", "dead", "replay", "--dsn", relay_dsn, "--id", dead["message_id"], "--json"
+        "relay",
+        "dead",
+        "replay",
+        "--dsn",
+        relay_dsn,
+        "--id",
+        dead["message_id"],
+        "--format",
+        "json",
     )
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout)["replayed"] == [dead["message_id"]]
@@ -527,7 +535,7 @@ def test_a_message_that_crashes_the_relay_dies_alone_and_is_replayed_on_the_clus
     )
     assert again.returncode == 0, again.stderr
     assert json.loads(out.read_text().splitlines()[-1])["message_id"] == dead["message_id"]
-    status = run_agentkeel("relay", "status", "--dsn", relay_dsn, "--json")
+    status = run_agentkeel("relay", "status", "--dsn", relay_dsn, "--format", "json")
     assert status.returncode == 0, status.stderr
     topics = {t["topic"]: t for t in json.loads(status.stdout)["topics"]}
     assert topics["citus.crash.ok"]["delivered_last_hour"] == 1
@@ -582,7 +590,7 @@ def test_the_watchdog_ends_an_agent_that_lifted_its_limits_on_every_node(cluster
         ended: list[dict[str, object]] = []
         while not ended:
             assert time.monotonic() < deadline, "the watchdog never ended the agent"
-            result = run_agentkeel("watchdog", "--dsn", watchdog_dsn, "--json")
+            result = run_agentkeel("watchdog", "--dsn", watchdog_dsn, "--format", "json")
             assert result.returncode == 0, result.stderr
             ended = [r for r in map(json.loads, result.stdout.splitlines()) if r["pid"] == pid]
             time.sleep(0.2)
@@ -733,7 +741,7 @@ def test_bench_runs_on_a_coordinator(citus_keel):
     result = run_agentkeel(
         "bench", "--dsn", citus_keel, "--workload", "claim-complete", "--workload",
         "empty-claim", "--workload", "policy", "--rows", "200", "--workers", "2",
-        "--duration", "1", "--repeats", "1", "--json", timeout=600,
+        "--duration", "1", "--repeats", "1", "--format", "json", timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

@@ -11,6 +11,7 @@ import sys
 import tomllib
 import uuid
 
+import click
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -141,8 +142,43 @@ def test_tables_are_printed_whole_when_stdout_is_not_a_terminal(migrated_db):
     assert all(member.description in exit_codes for member in ExitCode), exit_codes
 
 
+def commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found += commands(command, (*path, name))
+        if command.callback is not None:
+            found.append((*path, name))
+    return found
+
+
+def test_machine_output_has_one_spelling_everywhere():
+    """`--format json` on every command that prints JSON; `--json` only as a hidden alias."""
+    with_json = []
+    for path in commands(main):
+        command = main
+        for name in path:
+            command = command.commands[name]  # type: ignore[attr-defined]
+        options = {o: p for p in command.params for o in getattr(p, "opts", [])}
+        visible = [o for o, p in options.items() if not getattr(p, "hidden", False)]
+        assert "--json" not in visible, path
+        if "--format" in options:
+            assert "json" in options["--format"].type.choices, path
+            with_json.append(path)
+    assert {("migrate", "status"), ("check",), ("lint",), ("bench",), ("relay", "status")} <= set(
+        with_json
+    )
+
+
+def test_the_old_json_flag_still_works_and_says_so(migrated_db):
+    result = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--json")
+    assert result.returncode == ExitCode.OK, result.stderr
+    assert json.loads(result.stdout)["up_to_date"] is True
+    assert result.stderr.strip() == "agentkeel: --json is deprecated: use --format json"
+
+
 def test_migrate_status_exits_refused_on_drift_and_has_json(migrated_db):
-    clean = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--json")
+    clean = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--format", "json")
     assert clean.returncode == ExitCode.OK, clean.stderr
     report = json.loads(clean.stdout)
     assert report["up_to_date"] is True and report["problems"] == []
@@ -153,7 +189,7 @@ def test_migrate_status_exits_refused_on_drift_and_has_json(migrated_db):
             "update keel.migration_history set checksum = repeat('0', 64)"
             " where name = 'schema/0006_tasks.sql'"
         )
-    drifted = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--json")
+    drifted = run_agentkeel("migrate", "status", "--dsn", migrated_db, "--format", "json")
     assert drifted.returncode == ExitCode.REFUSED
     report = json.loads(drifted.stdout)
     assert report["up_to_date"] is False

@@ -41,7 +41,7 @@ def stale_tasks(dsn: str, count: int, tenants: int = 1) -> set[tuple[str, str]]:
 
 def test_once_recovers_every_stale_task_in_batches_and_reports_them(migrated_db):
     made = stale_tasks(migrated_db, 3, tenants=2)
-    result = run_agentkeel("recover", "--dsn", migrated_db, "--limit", "4", "--json")
+    result = run_agentkeel("recover", "--dsn", migrated_db, "--limit", "4", "--format", "json")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert {(r["tenant_id"], r["task_id"]) for r in rows} == made  # two batches: 4, then 2
@@ -69,7 +69,7 @@ def test_an_exhausted_task_is_reported_with_its_failure_state(migrated_db):
 def test_the_loop_keeps_recovering_until_it_is_stopped(migrated_db):
     env = {k: v for k, v in os.environ.items() if k != "AGENTKEEL_DSN"}
     proc = subprocess.Popen(
-        [*AGENTKEEL, "recover", "--dsn", migrated_db, "--interval", "0.2", "--json"],
+        [*AGENTKEEL, "recover", "--dsn", migrated_db, "--interval", "0.2", "--format", "json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

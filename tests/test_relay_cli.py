@@ -135,7 +135,7 @@ def test_status_counts_pending_and_dead_per_topic(migrated_db, tmp_path):
         conn.execute(f"create role {name} login in role keel_relay")
     try:  # as the relay's own login: counts of every tenant, from the delivery columns
         relay_dsn = conninfo.make_conninfo(migrated_db, user=name)
-        result = run_agentkeel("relay", "status", "--dsn", relay_dsn, "--json")
+        result = run_agentkeel("relay", "status", "--dsn", relay_dsn, "--format", "json")
         assert result.returncode == 0, result.stderr
         table = run_agentkeel("relay", "status", "--dsn", relay_dsn)
         assert table.returncode == 0 and "status.a" in table.stdout
@@ -399,7 +399,7 @@ def test_relay_dead_lists_and_replays_dead_messages_of_every_tenant(migrated_db)
         dsn = conninfo.make_conninfo(migrated_db, user=name)
 
         def dead(*args: str) -> dict:
-            result = run_agentkeel("relay", "dead", *args, "--dsn", dsn, "--json")
+            result = run_agentkeel("relay", "dead", *args, "--dsn", dsn, "--format", "json")
             assert result.returncode == 0, result.stderr
             return json.loads(result.stdout)
 

@@ -71,12 +71,12 @@ def alive(dsn: str, pid: int) -> bool:
 
 
 def watch_until(dsn: str, pids: set[int], *args: str) -> list[dict[str, object]]:
-    """Run `agentkeel watchdog --json` until it has reported every pid in pids."""
+    """Run `agentkeel watchdog --format json` until it has reported every pid in pids."""
     seen: dict[int, dict[str, object]] = {}
     deadline = time.monotonic() + DEADLINE
     while not pids <= seen.keys():
         assert time.monotonic() < deadline, f"the watchdog never reported {pids - seen.keys()}"
-        result = run_agentkeel("watchdog", "--dsn", dsn, "--json", *args)
+        result = run_agentkeel("watchdog", "--dsn", dsn, "--format", "json", *args)
         assert result.returncode == 0, result.stderr
         for line in result.stdout.splitlines():
             row = json.loads(line)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
+import inspect
 import io
 import json
 import os
@@ -159,6 +161,44 @@ def require_dsn(dsn: str | None) -> str:
     return dsn
 
 
+def format_option(*others: str, json_help: str = "JSON") -> Callable[[Any], Any]:
+    """--format human|<others>|json: the one spelling of machine output on every command.
+    The command receives as_json (a bool) if it has that parameter, else fmt. `--json`,
+    the earlier spelling of some commands, still works, hidden and with a warning."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        wants_flag = "as_json" in inspect.signature(command).parameters
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, fmt: str, json_alias: bool, **kwargs: Any) -> Any:
+            if json_alias:
+                err.print("agentkeel: --json is deprecated: use --format json", markup=False)
+                fmt = "json"
+            if wants_flag:
+                kwargs["as_json"] = fmt == "json"
+            else:
+                kwargs["fmt"] = fmt
+            return command(*args, **kwargs)
+
+        wrapper = click.option("--json", "json_alias", is_flag=True, hidden=True)(wrapper)
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["human", *others, "json"]),
+            default="human",
+            show_default=True,
+            help=f"json: {json_help}"
+            + "".join(f"; {o}: {FORMAT_HELP[o]}" for o in others)
+            + ".",
+        )(wrapper)
+
+    return decorate
+
+
+# What each non-JSON machine format of --format is.
+FORMAT_HELP = {"junit": "JUnit XML for CI", "github": "GitHub workflow annotations"}
+
+
 @click.group(
     cls=AgentkeelGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -199,7 +239,7 @@ def _root(sql_dir: Path | None) -> Path:
 
 @migrate.command()
 @migrate_options
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@format_option(json_help="the status as one JSON document")
 def status(dsn: str | None, sql_dir: Path | None, as_json: bool) -> None:
     """Show each migration file and its state; exit 3 on drift or a newer database."""
     with connect_dsn(require_dsn(dsn)) as conn:
@@ -340,13 +380,7 @@ def validate(dsn: str | None, sql_dir: Path | None) -> None:
 
 @main.command(short_help="Read-only posture checks of the catalog.")
 @dsn_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["human", "json", "junit"]),
-    default="human",
-    show_default=True,
-)
+@format_option("junit", json_help="the findings as one JSON document")
 @click.option(
     "--output",
     "-o",
@@ -397,14 +431,7 @@ def check(dsn: str | None, fmt: str, output: Path | None) -> None:
 
 @main.command("lint", short_help="Lint SQL files; no database needed.")
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["human", "json", "github"]),
-    default="human",
-    show_default=True,
-    help="github: workflow annotations.",
-)
+@format_option("github", json_help="the findings as one JSON document")
 @click.option("--no-citus", is_flag=True, help="Skip the citus rule family.")
 @click.option("--static-only", is_flag=True, help="Skip sqlfluff and squawk.")
 def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only: bool) -> None:
@@ -499,7 +526,7 @@ def lint_command(paths: tuple[Path, ...], fmt: str, no_citus: bool, static_only:
     metavar="URL",
     help="relay: the NATS server (JetStream); its cases are skipped if none answers.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+@format_option(json_help="the runs as one JSON document")
 @click.option(
     "--plot",
     "plot_path",
@@ -663,7 +690,7 @@ def bench_progress(
     total_runs: int, duration: float, *, quiet: bool
 ) -> Iterator[Callable[[str, int, float], None]]:
     """The workloads' progress callback: a transient bar on a terminal (none with quiet, for
-    --json); elsewhere (a CI log) a line on stderr as each run starts and every
+    --format json); elsewhere (a CI log) a line on stderr as each run starts and every
     PROGRESS_EVERY seconds of a long one, so the log never sits silent for minutes."""
     if err.is_terminal:
         with Progress(console=err, transient=True, disable=quiet) as bar:
@@ -929,7 +956,7 @@ def relay(
 
 @relay.command("status")
 @dsn_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per topic).")
+@format_option(json_help="one object per topic")
 def relay_status(dsn: str | None, as_json: bool) -> None:
     """Pending, in flight, dead, the oldest pending age, and what was delivered in the last
     minute and hour, per topic."""
@@ -1008,7 +1035,7 @@ def with_dead_filters(command: Callable[..., None]) -> Callable[..., None]:
 @dsn_option
 @with_dead_filters
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1), help="At most.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per message).")
+@format_option(json_help="one object per message")
 def relay_dead_list(
     dsn: str | None,
     tenant: str | None,
@@ -1049,7 +1076,7 @@ def relay_dead_list(
 @with_dead_filters
 @click.option("--all", "everything", is_flag=True, help="Every dead message (no filter).")
 @click.option("--dry-run", is_flag=True, help="Say what would be replayed; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@format_option(json_help="what was replayed, as JSON")
 def relay_dead_replay(
     dsn: str | None,
     tenant: str | None,
@@ -1302,7 +1329,7 @@ def run_rounds(
     default=None,
     help="Recoveries before a task fails: settings.max_recovery_attempts, or fewer.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per task handled.")
+@format_option(json_help="one object per task handled")
 def recover(
     dsn: str | None,
     once: bool,
@@ -1344,7 +1371,7 @@ def recover(
 @dsn_option
 @once_or_interval
 @click.option("--dry-run", is_flag=True, help="Report the backends past a cap; end none.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per backend.")
+@format_option(json_help="one object per backend")
 def watchdog(
     dsn: str | None, once: bool, interval: float | None, dry_run: bool, as_json: bool
 ) -> None:
