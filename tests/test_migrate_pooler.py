@@ -8,7 +8,8 @@ import subprocess
 import psycopg
 from psycopg import conninfo
 
-from agentkeel.migrate import is_pooled, load_sources
+from agentkeel.migrate import load_sources
+from agentkeel.pooler import is_pooled
 from conftest import AGENTKEEL, run_agentkeel
 
 

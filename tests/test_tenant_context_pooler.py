@@ -168,3 +168,38 @@ def test_a_context_set_by_the_documented_forms_works_through_the_pooler(
         assert agent.execute(
             "select task_id from keel.get_task(%s, %s)", (tenant, task)
         ).fetchone() == (task,)
+
+
+@pytest.mark.parametrize("agent", [False, True], ids=["trusted", "agent"])
+def test_clients_sharing_a_pooled_backend_do_not_run_each_others_prepared_statements(
+    one_backend, logins, tenant_task, agent
+):
+    """Two Keel clients on psycopg's defaults (prepared after 5 runs of a statement), one
+    PgBouncer 1.18 backend: each client's first prepared statement is named _pg3_0, so
+    without the client's pooler check the second would fail (already exists) or run the
+    other's statement. The client sees the pooler and prepares nothing."""
+    tenant, task, token = tenant_task
+    pooled = one_backend(logins["agent" if agent else "app"])
+    with (
+        psycopg.connect(pooled, autocommit=True) as a,
+        psycopg.connect(pooled, autocommit=True) as b,
+    ):
+        first = Keel(a, tenant_token=token) if agent else Keel(a)
+        second = Keel(b, tenant_token=token) if agent else Keel(b)
+        for _ in range(8):
+            assert first.get_task(tenant, task).task_id == task
+            assert [t.task_id for t in second.list_tasks(tenant)] == [task]
+            assert len(second.task_events(tenant, task)) >= 1
+        assert first.pooled is True and second.pooled is True
+        assert a.prepare_threshold is None and b.prepare_threshold is None
+
+
+def test_a_direct_connection_keeps_prepared_statements(migrated_db, logins, tenant_task):
+    tenant, task, _ = tenant_task
+    with psycopg.connect(logins["app"], autocommit=True) as conn:
+        keel = Keel(conn)
+        for _ in range(6):
+            keel.get_task(tenant, task)
+        assert keel.pooled is False and conn.prepare_threshold == 5
+        prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()
+        assert prepared is not None and prepared[0] >= 1

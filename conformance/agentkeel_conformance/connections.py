@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from agentkeel.migrate import is_pooled
+from agentkeel.pooler import is_pooled
 
 # Every test connection carries these, so a hung test fails instead of hanging CI.
 CONNECTION_OPTIONS = (

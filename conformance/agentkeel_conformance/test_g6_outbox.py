@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 
 from agentkeel.client import Keel, OutboxMessage
 from agentkeel.errors import InvalidArgument, MessageNotDead, MessageNotFound, OutboxClaimLost
-from agentkeel.migrate import is_pooled
+from agentkeel.pooler import is_pooled
 from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.fixtures import LoginRole, Workflow
 from agentkeel_conformance.harness import in_tenant

@@ -38,6 +38,7 @@ from agentkeel.checkpoints import (
     uuid7,
 )
 from agentkeel.errors import ERRORS, InvalidArgument, KeelError, translate
+from agentkeel.pooler import is_pooled
 
 T = TypeVar("T")
 Json = Any
@@ -341,6 +342,11 @@ class Keel:
     Trusted roles (keel_app, keel_worker) set the tenant per call. An agent session is
     given a signed token instead (``Keel(conn, tenant_token=...)``): for its login role
     the database ignores a plain tenant id.
+
+    Behind a transaction pooler (PgBouncer), a server-side prepared statement made on one
+    backend is missing on the next, or another client's of the same name is run. So the
+    first call checks whether the connection goes through a pooler (agentkeel.pooler)
+    and, if it does, turns prepared statements off on it (``prepare_threshold = None``).
     """
 
     def __init__(
@@ -352,11 +358,21 @@ class Keel:
         self.conn = conn
         self.tenant_token = tenant_token
         self.key_provider = key_provider
+        self.pooled: bool | None = None  # None: not checked yet (the first call does)
+
+    def _check_pooler(self, conn: psycopg.Connection) -> None:
+        """Once, before the first call: through a pooler, no prepared statements."""
+        if self.pooled is not None:
+            return
+        self.pooled = is_pooled(conn)
+        if self.pooled:
+            conn.prepare_threshold = None
 
     @contextmanager
     def transaction(self, tenant_id: uuid.UUID | None) -> Iterator[psycopg.Connection]:
         """A transaction (or savepoint) with the tenant context set for it alone."""
         with keel_errors(), self.conn.transaction():
+            self._check_pooler(self.conn)
             if self.tenant_token is not None:
                 set_tenant_token(self.conn, self.tenant_token)
             elif tenant_id is not None:
@@ -373,6 +389,7 @@ class Keel:
         idle = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         if self.tenant_token is None and self.conn.autocommit and idle:
             with keel_errors():
+                self._check_pooler(self.conn)
                 yield self.conn
             return
         with self.transaction(tenant_id) as conn:

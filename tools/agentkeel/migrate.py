@@ -34,6 +34,7 @@ from psycopg import sql
 
 from agentkeel import __version__
 from agentkeel.exitcodes import ExitCode
+from agentkeel.pooler import is_pooled
 
 NO_TRANSACTION_MARKER = "-- agentkeel:no-transaction"
 # A repeatable file whose SQL binds other objects when it is created (a SQL-standard
@@ -248,18 +249,6 @@ class Target:
     current_user: str
     foreign_schema: KeelSchema | None = None  # a keel schema without migration_history
     pooled: bool = False  # the connection goes through a pooler (PgBouncer, ...)
-
-
-def is_pooled(conn: psycopg.Connection) -> bool:
-    """True when a pooler stands between us and PostgreSQL.
-
-    A pooler answers the startup itself and hands out its own cancel key (BackendKeyData),
-    so the pid libpq was given is not the pid of the backend that runs our queries.
-    Port mappings, NAT and TCP proxies do not change the protocol, so they are not mistaken
-    for a pooler.
-    """
-    row = conn.execute("select pg_catalog.pg_backend_pid()").fetchone()
-    return row is None or row[0] != conn.info.backend_pid
 
 
 def read_target(conn: psycopg.Connection) -> Target:
