@@ -73,6 +73,11 @@ def test_no_transaction_files_are_refused_through_a_pooler(
     )
     (sql_tree / "schema" / "9011_more.sql").write_text("create table keel.more (id int);\n")
     pooled = through_pgbouncer(migrated_db)
+    # status and plan say so with the same code (docs/errors.md), before up is tried.
+    for command in ("status", "plan"):
+        said = run_agentkeel("migrate", command, "--dsn", pooled, "--sql-dir", str(sql_tree))
+        assert said.returncode == 3, said.stdout + said.stderr
+        assert "pooled connection: schema/9010_concurrent_index.sql" in said.stderr
     result = run_agentkeel("migrate", "up", "--dsn", pooled, "--sql-dir", str(sql_tree))
     assert result.returncode == 3, result.stdout + result.stderr
     assert "pooled connection: schema/9010_concurrent_index.sql" in result.stderr

@@ -41,8 +41,9 @@ class ExitCode(enum.IntEnum):
     REFUSED = (
         3,
         "refused before anything ran: drift (an applied versioned file changed), a database "
-        "newer than this agentkeel, a pending file older than an applied one (`migrate status` "
-        "reports it with this code too), a JetStream duplicate window shorter than the relay's "
+        "newer than this agentkeel, a pending file older than an applied one, no-transaction "
+        "files pending through a connection pooler (`migrate status` and `plan` report each "
+        "of these with this code too), a JetStream duplicate window shorter than the relay's "
         "lease",
     )
     DATABASE_ERROR = (
