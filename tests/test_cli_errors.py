@@ -106,7 +106,18 @@ def test_a_dsn_that_is_not_a_connection_string_says_so(command):
         "host=127.0.0.1 port=99999 dbname=x",
     ],
 )
-@pytest.mark.parametrize("command", [("migrate", "status"), ("check",)])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("migrate", "status"),
+        ("check",),
+        ("relay", "--sink", "-", "--once"),
+        ("relay", "status"),
+        ("recover", "--once"),
+        ("watchdog", "--once"),
+    ],
+    ids=lambda c: " ".join(c),
+)
 def test_a_dsn_with_a_bad_option_value_is_a_usage_error(command, dsn):
     """libpq refuses these before it opens a connection: exit 2, not the network's 6."""
     result = run_agentkeel(*command, "--dsn", dsn)

@@ -934,6 +934,9 @@ def relay(
         )
     target = parse_sink(sink, timeout=timeout)
     failpoints = Failpoints()
+    # The same refusals as every command (a bad option value is usage, exit 2; unreachable
+    # is exit 6), before the relay's own asynchronous connection.
+    connect_dsn(require_dsn(dsn), application_name="agentkeel-relay").close()
     config = Config(
         dsn=require_dsn(dsn),
         batch=batch,
