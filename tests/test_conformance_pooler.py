@@ -9,12 +9,9 @@ from collections.abc import Iterator
 import pytest
 from psycopg import conninfo
 
+from agentkeel_conformance.fixtures import THROUGH_A_POOLER
 from conftest import run_agentkeel
 from pgbouncer import PgBouncer, PgBouncerNotFound
-
-# Need what a transaction pooler cannot give: the real backend pid of a session
-# (pg_isolation_test_session_is_blocked, pg_terminate_backend) or the embedded cluster.
-NOT_THROUGH_A_POOLER = "not interleaving and not race and not chaos"
 
 
 @pytest.fixture
@@ -42,13 +39,16 @@ def test_the_suite_passes_through_pgbouncer(migrated_db, strict_pgbouncer):
         pooled,
         "--no-prepare",
         "-q",
+        "-rs",
         "-n",
         "2",
-        "-m",
-        "not chaos",
-        "-k",
-        NOT_THROUGH_A_POOLER,
-        timeout=600,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+    # The whole suite, selected by nobody: what needs each session's own backend (the
+    # interleavings, the racing workers, a backend terminated mid-transition) skips,
+    # saying why, instead of failing as a guarantee.
+    pooled_skips = [line for line in result.stdout.splitlines() if THROUGH_A_POOLER in line]
+    for needs_a_backend in ("test_interleavings.py", "test_race.py", "test_chaos.py"):
+        assert any(needs_a_backend in line for line in pooled_skips), result.stdout[-6000:]

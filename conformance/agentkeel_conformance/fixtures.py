@@ -18,6 +18,7 @@ from agentkeel.client import Keel, Task
 from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import migrate_up
+from agentkeel.pooler import is_pooled
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
 from agentkeel_conformance.connections import suite_connect
@@ -114,6 +115,33 @@ def keel_dsn(
                 returncode=ExitCode.SCHEMA_MISSING,
             )
     yield given
+
+
+# Why a test that needs a session's real backend is skipped through a transaction pooler.
+THROUGH_A_POOLER = (
+    "through a transaction pooler (detected: its cancel key is not the backend's pid): this "
+    "test needs each session's own backend (pg_isolation_test_session_is_blocked, "
+    "pg_cancel_backend, pg_terminate_backend by pid), which a pooler hands to whoever runs "
+    "the next transaction; run it with a --dsn that connects to PostgreSQL directly"
+)
+
+
+@pytest.fixture(scope="session")
+def keel_pooled(keel_dsn: str) -> bool:
+    """Whether the database under test is reached through a connection pooler."""
+    with psycopg.connect(
+        keel_dsn, autocommit=True, connect_timeout=10, prepare_threshold=None
+    ) as conn:
+        return is_pooled(conn)
+
+
+@pytest.fixture
+def direct_connection(keel_pooled: bool) -> None:
+    """Skip, saying why, a test that needs the real backend of each of its sessions when
+    the suite runs through a transaction pooler: there its verdict would be about the
+    pooler, not about the guarantee."""
+    if keel_pooled:
+        pytest.skip(THROUGH_A_POOLER)
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,9 @@ def test_a_sigkilled_lease_holder_is_taken_over_and_its_token_refused(
 
 
 @pytest.mark.guarantee("G3", "G6")
-def test_a_backend_terminated_mid_transition_leaves_nothing(keel_dsn, tenant, new_task, connect):
+def test_a_backend_terminated_mid_transition_leaves_nothing(
+    direct_connection, keel_dsn, tenant, new_task, connect
+):
     """No mutation: atomicity across a killed backend is PostgreSQL's, not shipped SQL."""
     task = new_task()
     before = tenant_snapshot(connect(owner=True), tenant)  # the owner reads every table

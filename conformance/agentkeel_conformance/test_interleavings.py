@@ -17,7 +17,9 @@ SPECS = load_specs()
     "spec",
     [pytest.param(s, id=s.name, marks=[pytest.mark.guarantee(*s.guarantees)]) for s in SPECS],
 )
-def test_interleaving(spec, role_dsn, owner_dsn, workflow, artifacts, live_tenants):
+def test_interleaving(
+    spec, direct_connection, role_dsn, owner_dsn, workflow, artifacts, live_tenants
+):
     """Mutation: version_unchecked (transition_same_version.spec)."""
     expected = expected_output(spec)
     assert expected is not None, f"specs/expected/{spec.name}.out is missing"

@@ -14,7 +14,9 @@ from agentkeel_conformance.race import RaceConfig, run_race
 pytestmark = pytest.mark.guarantee("G2", "G3", "G5", "G6")
 
 
-def test_racing_workers_keep_every_guarantee(role_dsn, workflow, tenant, tmp_path, artifacts):
+def test_racing_workers_keep_every_guarantee(
+    direct_connection, role_dsn, workflow, tenant, tmp_path, artifacts
+):
     """Mutation: outbox_dropped."""
     config = RaceConfig(role_dsn("keel_worker"), workflow.name, tenant, options=CONNECTION_OPTIONS)
     verdict, events = run_race(config, tmp_path)
