@@ -644,3 +644,44 @@ def test_testcontainers_without_docker_skips_with_the_reason():
     result = run_agentkeel("conformance", "--testcontainers", "-q", "-k", "contiguous")
     assert result.returncode == 0, result.stdout[-2000:]
     assert "no Docker daemon answers" in result.stdout
+
+
+def test_an_experiment_that_could_not_be_set_up_reads_inconclusive_not_failed(
+    migrated_db, tmp_path
+):
+    """harness.inconclusive: the crash test on a machine too busy for its crash to cut a
+    call short says so (INCONCLUSIVE, the reason), and its guarantee reads partial."""
+    (tmp_path / "test_experiment.py").write_text(
+        "import pytest\n"
+        "from agentkeel_conformance.harness import inconclusive\n\n"
+        "@pytest.mark.guarantee('G2')\n"
+        "def test_crash():\n"
+        "    inconclusive('the crash cut no call short')\n\n"
+        "@pytest.mark.guarantee('G2')\n"
+        "def test_ok():\n"
+        "    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "AGENTKEEL_DSN")}
+    plugin = ["-p", "no:cacheprovider", "-p", "agentkeel_conformance.plugin"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *plugin,
+            "-q",
+            "--keel-dsn",
+            migrated_db,
+            "test_experiment.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "G2 INCONCLUSIVE test_experiment.py::test_crash: the crash cut no call short" in (
+        result.stdout
+    )
+    assert verdicts(result.stdout)["G2"] == "partial (1 of 2 ran)"

@@ -19,6 +19,7 @@ from agentkeel.preflight import probe_suite_database
 from agentkeel.suite_options import SUITE_OPTIONS
 from agentkeel_conformance.connections import NO_PREPARE_ENV
 from agentkeel_conformance.guarantees import GUARANTEES, parse_guarantees
+from agentkeel_conformance.harness import INCONCLUSIVE
 from agentkeel_conformance.signing_keys import SigningKeyCleanup
 
 # The suite's fixtures, registered the pytest way.
@@ -270,7 +271,10 @@ class GuaranteeReport:
                 if outcome == "passed":
                     continue
                 style = "bold red" if outcome == "failed" else "yellow"
-                line = Text(f"{gid} {outcome.upper()} ", style=style)
+                label = outcome.upper()
+                if outcome == "skipped" and reason.startswith(INCONCLUSIVE):
+                    label, reason = "INCONCLUSIVE", reason.removeprefix(INCONCLUSIVE)
+                line = Text(f"{gid} {label} ", style=style)
                 line.append(f"{nodeid}: {reason}", style="")
                 console.print(line)
         terminalreporter.write_line("")

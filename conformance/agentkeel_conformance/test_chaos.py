@@ -20,7 +20,7 @@ import pytest
 from agentkeel.client import Keel
 from agentkeel.errors import LeaseLost
 from agentkeel_conformance.connections import CONNECTION_OPTIONS, suite_connect
-from agentkeel_conformance.harness import tenant_snapshot
+from agentkeel_conformance.harness import inconclusive, tenant_snapshot
 from agentkeel_conformance.race import APPLICATION_NAME, RaceConfig, run_race
 
 pytestmark = pytest.mark.chaos
@@ -109,21 +109,29 @@ def test_a_backend_terminated_mid_transition_leaves_nothing(
     assert tenant_snapshot(connect(owner=True), tenant) == before
 
 
+# Tries before the crash test says it could not cut a call short (inconclusive).
+CRASH_ATTEMPTS = 3
+
+
 @pytest.mark.guarantee("G2", "G3", "G6")
 def test_an_immediate_shutdown_under_load_loses_nothing_committed(
-    keel_cluster, keel_dsn, workflow, tenant, tmp_path, artifacts
+    keel_cluster, keel_dsn, workflow, make_tenant, tmp_path, artifacts
 ):
     """The race history checker across a crash: committed outbox rows must all be there.
+    The crash must cut a call short to prove anything; on a machine too busy for a call to
+    be in flight when the server stops, it is tried again, then reported inconclusive
+    (never a failure: nothing was lost, the experiment did not happen).
     Mutation: outbox_dropped."""
     if keel_cluster is None:
         pytest.skip("stops and restarts the server: embedded cluster only")
 
     def crash() -> None:
-        # Stop while a worker's call is running: the workers spend most of their time in
-        # the simulated external call (a sleep), and a crash there cuts nothing short.
-        time.sleep(1.2)
+        # Stop while a worker's call runs in the database: the workers spend most of their
+        # time in the simulated external call (a sleep), and a crash there cuts nothing
+        # short. Waits for that condition, however slow the machine.
+        time.sleep(1.2)  # into the run, past the workers' start
         with suite_connect(keel_dsn, autocommit=True) as watch:
-            deadline = time.monotonic() + 2
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 row = watch.execute(
                     "select count(*) from pg_stat_activity"
@@ -136,20 +144,30 @@ def test_an_immediate_shutdown_under_load_loses_nothing_committed(
         time.sleep(0.3)
         keel_cluster.restart()
 
-    # Enough tasks that the workers are still busy when the crash comes.
-    config = RaceConfig(
-        keel_dsn,
-        workflow.name,
-        tenant,
-        seconds=4,
-        tasks=512,
-        chaos=False,
-        options=CONNECTION_OPTIONS,
-    )
-    verdict, events = run_race(config, tmp_path, during=crash)
-    if not verdict.ok:
-        path = artifacts(
-            "crash-history.jsonl", "".join(json.dumps(e, default=str) + "\n" for e in events)
+    tries = []
+    for attempt in range(1, CRASH_ATTEMPTS + 1):
+        # Enough tasks that the workers are still busy when the crash comes; a tenant of
+        # its own per attempt, so each history is checked alone.
+        config = RaceConfig(
+            keel_dsn,
+            workflow.name,
+            make_tenant(),
+            seconds=4,
+            tasks=512,
+            chaos=False,
+            options=CONNECTION_OPTIONS,
         )
-        pytest.fail(f"after the crash ({path}):\n" + "\n".join(verdict.violations[:20]))
-    assert verdict.counts["ambiguous"] > 0, verdict.counts  # the crash cut calls short
+        verdict, events = run_race(config, tmp_path / f"attempt-{attempt}", during=crash)
+        if not verdict.ok:
+            path = artifacts(
+                "crash-history.jsonl", "".join(json.dumps(e, default=str) + "\n" for e in events)
+            )
+            pytest.fail(f"after the crash ({path}):\n" + "\n".join(verdict.violations[:20]))
+        if verdict.counts["ambiguous"] > 0:  # the crash cut calls short: it proved something
+            return
+        tries.append(verdict.counts)
+    inconclusive(
+        f"the crash cut no call short in {CRASH_ATTEMPTS} attempts (no call was in flight "
+        f"when the server stopped; counts {tries}): nothing committed was lost, but the "
+        "crash proved nothing; run it again on a quieter machine"
+    )
