@@ -186,12 +186,13 @@ def test_listen_wakes_the_relay_long_before_its_poll_interval(migrated_db, tmp_p
     sink = tmp_path / "out.jsonl"
     relay = start_relay(migrated_db, f"file:{sink}", "--poll-interval", "600")
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and '"relay started"' not in (
-            relay.stderr.readline() if relay.stderr else ""
-        ):
-            pass
-        time.sleep(0.5)  # LISTEN is issued right after the start line
+        # The relay says when its LISTEN is in place: from then on a commit wakes it.
+        assert relay.stderr is not None
+        for line in relay.stderr:
+            if '"event": "listening"' in line:
+                break
+        else:
+            pytest.fail("the relay ended without listening")
         sent = box.commit("wake.up", [{"n": 1}])
         box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=60)
         assert [json.loads(line)["message_id"] for line in sink.read_text().splitlines()] == sent

@@ -361,6 +361,7 @@ class Relay:
             try:
                 async with await self.connect() as conn:
                     await conn.execute(f"listen {CHANNEL}")
+                    log(self.logger, logging.INFO, "listening", channel=CHANNEL)
                     self.wake.set()  # anything committed before LISTEN: look now
                     delay = max(self.config.poll_interval, 1.0)
                     async for _ in conn.notifies():
