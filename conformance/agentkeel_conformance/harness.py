@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from agentkeel.client import set_tenant_context
+
+T = TypeVar("T")
 
 
 def dsn_env(dsn: str, drop: Sequence[str] = ()) -> dict[str, str]:
@@ -95,6 +98,20 @@ def race(calls: Sequence[Callable[[], Any]], timeout: float = 60) -> list[tuple[
     with ThreadPoolExecutor(max_workers=len(calls)) as pool:
         futures = [pool.submit(run, call) for call in calls]
         return [f.result(timeout) for f in futures]
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 120.0) -> T:
+    """Poll probe until it returns something (not None, not False) and return that: a wait
+    on a condition, not on the machine's speed. The deadline is generous, so a slow machine
+    waits longer rather than failing; past it, AssertionError names what never happened."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:g}s for {what}")
+        time.sleep(0.02)
 
 
 # The prefix of a skip that means the experiment could not be set up, not that the

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -24,15 +23,20 @@ from agentkeel.client import Keel
 from agentkeel.errors import (
     IdempotencyConflict,
     InvalidArgument,
+    LeaseHeld,
     LeaseLost,
     PayloadRejected,
     TaskNotFound,
     TenantContextMismatch,
 )
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import tenant_snapshot
+from agentkeel_conformance.harness import tenant_snapshot, wait_for
 
 pytestmark = pytest.mark.guarantee("G8")
+
+
+# Short enough to wait out, long enough that two calls fit in it on a busy machine.
+SHORT_LEASE = timedelta(seconds=3)
 
 
 def digest(text: str) -> str:
@@ -124,11 +128,17 @@ def test_a_stale_token_cannot_begin_or_complete_a_step(keel, tenant, new_task):
 
     Mutation: completion_unfenced"""
     task = new_task()
-    old = keel.claim_lease(tenant, task.task_id, "worker-a", timedelta(milliseconds=300))
+    old = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT_LEASE)
     started = keel.begin_step(tenant, task.task_id, "call", digest("x"), old.fencing_token)
     assert started.outcome == "started"
-    time.sleep(0.4)
-    new = keel.claim_lease(tenant, task.task_id, "worker-b", timedelta(minutes=5))
+
+    def take_over():
+        try:
+            return keel.claim_lease(tenant, task.task_id, "worker-b", timedelta(minutes=5))
+        except LeaseHeld:
+            return None  # the first lease is still valid
+
+    new = wait_for(take_over, "the first lease to expire and worker-b to claim the task")
 
     with pytest.raises(LeaseLost):
         keel.complete_step(tenant, task.task_id, "call", old.fencing_token, {"late": True})
@@ -156,7 +166,7 @@ def test_a_retryable_failure_waits_then_opens_the_next_attempt(keel, tenant, lea
     keel.begin_step(tenant, task_id, "flaky", digest("x"), token)
     failed = keel.fail_step(
         tenant, task_id, "flaky", token, {"code": "rate_limited"},
-        retryable=True, retry_after=timedelta(milliseconds=300), repairs=2,
+        retryable=True, retry_after=SHORT_LEASE, repairs=2,
     )  # fmt: skip
     assert (failed.status, failed.retryable, failed.repair_count) == ("failed", True, 2)
     early = keel.begin_step(tenant, task_id, "flaky", digest("x"), token)
@@ -166,8 +176,12 @@ def test_a_retryable_failure_waits_then_opens_the_next_attempt(keel, tenant, lea
         {"code": "rate_limited"},
     )
     assert early.next_retry_at == failed.next_retry_at
-    time.sleep(0.35)
-    again = keel.begin_step(tenant, task_id, "flaky", digest("x"), token)
+
+    def begun():
+        step = keel.begin_step(tenant, task_id, "flaky", digest("x"), token)
+        return None if step.outcome == "retry_later" else step  # retry_later writes nothing
+
+    again = wait_for(begun, "next_retry_at to pass")
     assert (again.outcome, again.attempt) == ("started", 2)
     keel.fail_step(tenant, task_id, "flaky", token, {"code": "invalid_request"})
     final = keel.begin_step(tenant, task_id, "flaky", digest("x"), token)
