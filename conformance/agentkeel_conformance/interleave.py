@@ -325,7 +325,9 @@ class Runner:
                 return True
             row = control.execute(self._blocked_query(control), (me, others)).fetchone()
             if row and row[0]:
-                time.sleep(0.05)  # blocked now: let a just-released lock show up as done
+                # Blocked by another session now. A lock that session released has already
+                # woken this one (the releaser grants it before its commit returns), so a
+                # wait seen here is a wait on a lock still held.
                 if running.done:
                     running.thread.join()
                     return True
