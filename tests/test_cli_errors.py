@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg import conninfo, sql
 
-import agentkeel.cli
+import agentkeel.cli.lint
 from agentkeel.cli import main
 from agentkeel.exitcodes import ExitCode
 from agentkeel.suite_options import SUITE_OPTIONS, plugin_args
@@ -51,7 +51,7 @@ def test_an_unexpected_error_is_one_line_and_the_internal_code(monkeypatch):
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(agentkeel.cli, "run_lint", broken)
+    monkeypatch.setattr(agentkeel.cli.lint, "run_lint", broken)
     result = CliRunner().invoke(main, ["lint", "--static-only"])
     assert result.exit_code == ExitCode.INTERNAL, result.output
     assert "Traceback" not in result.output

@@ -1,0 +1,5 @@
+"""`python -m agentkeel.cli`."""
+
+from agentkeel.cli import main
+
+main()

@@ -1,0 +1,362 @@
+"""`agentkeel bench`: the guarded paths against plain SQL, the relay, the tenant policy."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import Progress
+from rich.table import Table
+
+from agentkeel.cli.app import (
+    dsn_option,
+    err,
+    fail,
+    format_option,
+    main,
+    out,
+)
+from agentkeel.exitcodes import ExitCode
+from agentkeel.preflight import check_dsn
+from agentkeel.target import database
+from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
+
+
+@main.command(short_help="Measure the guarded paths against plain SQL.")
+@dsn_option(
+    envvar=None,
+    help="A database to measure on (it writes and removes tenants and roles there); only when "
+    "named: $AGENTKEEL_DSN is ignored. Default: a throwaway embedded cluster with fsync on.",
+)
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay"]),
+    help="What to measure (repeatable). Default: every workload except empty-claim, policy"
+    " and relay.",
+)
+@click.option(
+    "--workers",
+    default="8",
+    show_default=True,
+    metavar="N[,N...]",
+    help="Concurrent connections, one thread each; a list measures each count.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=1, max=3600),
+    default=None,
+    metavar="S",
+    help="Seconds per run.  [default: 4; 180 with --sustained]",
+)
+@click.option("--repeats", default=2, show_default=True, help="Runs per side; the median counts.")
+@click.option(
+    "--finished-rows",
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Finished rows present on both sides before each run (e.g. 1000000).",
+)
+@click.option(
+    "--sustained",
+    is_flag=True,
+    help="One long run per side (default 180 s) without vacuuming in between: decay shows "
+    "in the per-second slices.",
+)
+@click.option("--rows", default=50_000, show_default=True, help="policy: tasks per tenant.")
+@click.option(
+    "--relay-messages",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="relay: messages per case.",
+)
+@click.option(
+    "--backlog",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 10_000_000),
+    metavar="N",
+    help="relay: also measure with N messages of another tenant held behind in-flight keys.",
+)
+@click.option(
+    "--nats",
+    "nats_url",
+    default="nats://127.0.0.1:4222",
+    show_default=True,
+    metavar="URL",
+    help="relay: the NATS server (JetStream); its cases are skipped if none answers.",
+)
+@format_option(json_help="the runs as one JSON document")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    metavar="FILE.png",
+    help="Also draw throughput over time and against workers, and table growth, as a PNG "
+    "(needs the plot extra: pip install 'agentkeel[plot]').",
+)
+def bench(
+    dsn: str | None,
+    workloads: tuple[str, ...],
+    workers: str,
+    duration: float | None,
+    repeats: int,
+    finished_rows: int,
+    sustained: bool,
+    rows: int,
+    relay_messages: int,
+    backlog: int,
+    nats_url: str,
+    as_json: bool,
+    plot_path: Path | None,
+) -> None:
+    """Run each workload (claim + complete, transition with an event and an outbox row,
+    reserve) side by side with a plain-SQL floor doing the same writes with no function,
+    no row-level security and no fencing, alternating floor and keel runs. Reports ops/s,
+    p50/p99 latency, the ratio to the floor and throughput per second. `--workload policy`
+    measures what the tenant policy costs per statement and per row; `--workload relay` the
+    relay's messages per second to a file and to NATS JetStream, at batch 1 and 100 (with
+    `--backlog N`, to a file again while N messages are held behind in-flight keys)."""
+    counts = _worker_counts(workers)
+    chosen = list(workloads) or list(DEFAULT_WORKLOADS)
+    if sustained:
+        repeats = 1
+    if duration is None:
+        duration = 180.0 if sustained else 4.0
+    if dsn:
+        check_dsn(dsn)
+    if plot_path is not None:
+        try:  # before the runs, not after minutes of them
+            import matplotlib  # noqa: F401
+        except ImportError:
+            fail("--plot needs matplotlib: pip install 'agentkeel[plot]'", ExitCode.TOOL_MISSING)
+    document: dict[str, Any] = {}
+    # fsync on: commits cost what they cost on a production server, on both sides
+    with database(dsn, durable=True) as target:
+        if "policy" in chosen:
+            document["policy"] = _bench_policy(target, rows, repeats, as_json)
+            chosen.remove("policy")
+        if "relay" in chosen:
+            document["relay"] = _bench_relay(target, relay_messages, nats_url, backlog, as_json)
+            chosen.remove("relay")
+        if not chosen:
+            if as_json:
+                out.print_json(json.dumps(document))
+            return
+        from agentkeel.workloads import run as run_workloads
+        from agentkeel.workloads import summarize
+
+        total_runs = len(chosen) * len(counts) * repeats * 2
+        with bench_progress(total_runs, duration, quiet=as_json) as tick:
+            runs = run_workloads(
+                target,
+                chosen,
+                counts,
+                duration,
+                repeats,
+                progress=tick,
+                finished_rows=finished_rows,
+                vacuum=not sustained,
+            )
+    title = f"agentkeel vs plain SQL, {duration:g} s runs, median of {repeats}"
+    if plot_path is not None:
+        from agentkeel.bench_plot import plot
+
+        plot(runs, plot_path, title)
+        err.print(f"plot: {plot_path}")
+    if as_json:
+        document["runs"] = [r.as_dict() for r in runs]
+        document["summary"] = [
+            {
+                "workload": s.workload,
+                "workers": s.workers,
+                "floor_ops_per_s": round(s.floor.ops_per_s, 1),
+                "keel_ops_per_s": round(s.keel.ops_per_s, 1),
+                "ratio": round(s.ratio, 3),
+                "floor_last_over_first_minute": _rounded(s.floor.minute_ratio()),
+                "keel_last_over_first_minute": _rounded(s.keel.minute_ratio()),
+            }
+            for s in summarize(runs)
+        ]
+        out.print_json(json.dumps(document))
+        return
+    table = Table(
+        "workload",
+        "workers",
+        "floor ops/s",
+        "keel ops/s",
+        "ratio",
+        "floor p50/p99 ms",
+        "keel p50/p99 ms",
+        "keel ops/s first → last s",
+        title=title,
+    )
+    summaries = summarize(runs)
+    for s in summaries:
+        table.add_row(
+            s.workload,
+            str(s.workers),
+            f"{s.floor.ops_per_s:,.0f}",
+            f"{s.keel.ops_per_s:,.0f}",
+            f"{s.ratio:.2f}x",
+            f"{s.floor.percentile(0.5):.2f} / {s.floor.percentile(0.99):.2f}",
+            f"{s.keel.percentile(0.5):.2f} / {s.keel.percentile(0.99):.2f}",
+            f"{s.keel.slices[0] / SLICE_S:,.0f} → {s.keel.slices[-1] / SLICE_S:,.0f}",
+        )
+    out.print(table)
+    out.print(_storage_table(summaries))
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _storage_table(summaries: list[Any]) -> Table:
+    """Per side: the last minute's throughput over the first (runs of two minutes or more),
+    and how its tables and indexes grew and how many dead tuples they held at the end."""
+    table = Table(
+        "workload",
+        "workers",
+        "side",
+        "last ÷ first minute",
+        "tables MB start → end",
+        "indexes MB start → end",
+        "dead tuples at end",
+        title="decay and storage over each side's median run",
+    )
+    for s in summaries:
+        for run in (s.floor, s.keel):
+            first, last = run.storage[0], run.storage[-1]
+            ratio = run.minute_ratio()
+            table.add_row(
+                s.workload,
+                str(s.workers),
+                run.side,
+                f"{ratio:.2f}" if ratio is not None else "-",
+                f"{first[1] / 1e6:,.1f} → {last[1] / 1e6:,.1f}",
+                f"{first[2] / 1e6:,.1f} → {last[2] / 1e6:,.1f}",
+                f"{last[3]:,}",
+            )
+    return table
+
+
+# Without a terminal, a progress line at least this often (seconds) within a long run.
+PROGRESS_EVERY = 30.0
+
+
+@contextlib.contextmanager
+def bench_progress(
+    total_runs: int, duration: float, *, quiet: bool
+) -> Iterator[Callable[[str, int, float], None]]:
+    """The workloads' progress callback: a transient bar on a terminal (none with quiet, for
+    --format json); elsewhere (a CI log) a line on stderr as each run starts and every
+    PROGRESS_EVERY seconds of a long one, so the log never sits silent for minutes."""
+    if err.is_terminal:
+        with Progress(console=err, transient=True, disable=quiet) as bar:
+            task = bar.add_task("bench", total=total_runs * duration)
+
+            def tick_bar(label: str, index: int, elapsed: float) -> None:
+                bar.update(task, description=label, completed=index * duration + elapsed)
+
+            yield tick_bar
+        return
+    current = {"index": -1, "said": 0.0}
+
+    def tick_line(label: str, index: int, elapsed: float) -> None:
+        if index != current["index"]:
+            current.update(index=index, said=0.0)
+            err.print(f"bench: run {index + 1} of {total_runs}: {label}", markup=False)
+        elif elapsed - current["said"] >= PROGRESS_EVERY:
+            current["said"] = elapsed
+            err.print(
+                f"bench: run {index + 1} of {total_runs}: {label}, {elapsed:.0f} s of "
+                f"{duration:g} s",
+                markup=False,
+            )
+
+    yield tick_line
+
+
+def say_progress(message: str) -> None:
+    """One progress line on stderr where no bar is shown (not a terminal)."""
+    if not err.is_terminal:
+        err.print(f"bench: {message}", markup=False)
+
+
+def _bench_relay(
+    target: str, messages: int, nats_url: str, backlog: int, as_json: bool
+) -> list[dict[str, Any]]:
+    """Measure the relay; print its table unless as_json. Returns the figures."""
+    from agentkeel.bench import run_relay_bench
+
+    say_progress(
+        f"the relay: {messages:,} messages to a file and to NATS, batch 1 and 100"
+        + (f", then with {backlog:,} held back" if backlog else "")
+    )
+    measured = run_relay_bench(target, messages=messages, nats_url=nats_url, backlog=backlog)
+    figures = [
+        {
+            "sink": r.sink,
+            "batch": r.batch,
+            "held_back": r.backlog,
+            "messages": r.messages,
+            "seconds": r.seconds,
+            "per_second": r.per_second,
+            "note": r.note,
+        }
+        for r in measured
+    ]
+    if as_json:
+        return figures
+    table = Table(
+        "sink", "batch", "held back", "messages", "seconds", "messages/s", title="agentkeel relay"
+    )
+    for r in measured:
+        table.add_row(
+            r.sink,
+            str(r.batch),
+            f"{r.backlog:,}",
+            f"{r.messages:,}",
+            "" if r.seconds is None else f"{r.seconds:.2f}",
+            r.note if r.per_second is None else f"{r.per_second:,.0f}",
+        )
+    out.print(table)
+    return figures
+
+
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(n < 1 or n > 256 for n in counts):
+        raise click.BadParameter("expected N or N,N,... with 1 <= N <= 256", param_hint="--workers")
+    return counts
+
+
+def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[dict[str, Any]]:
+    """Measure the policy cost; print its table unless as_json. Returns the figures."""
+    from agentkeel.bench import run
+
+    say_progress(f"the tenant policy: {rows:,} tasks per tenant, {repeats} runs")
+    results = run(target, rows=rows, repeats=repeats)
+    figures = [
+        {"case": m.case, "best_ms": round(m.best_ms, 3), "us_per_row": round(m.us_per_row, 3)}
+        for m in results
+    ]
+    if as_json:
+        return figures
+    table = Table(
+        "case", "best ms", "µs per row scanned", title=f"count(*) of one tenant, 2 x {rows:,} tasks"
+    )
+    for m in results:
+        table.add_row(m.case, f"{m.best_ms:.1f}", f"{m.us_per_row:.2f}")
+    out.print(table)
+    return figures
