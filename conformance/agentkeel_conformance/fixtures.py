@@ -19,6 +19,7 @@ from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.exitcodes import ExitCode
 from agentkeel.migrate import migrate_up
 from agentkeel.pooler import is_pooled
+from agentkeel.preflight import has_schema
 from agentkeel.sql_files import sql_root
 from agentkeel.target import embedded_cluster
 from agentkeel_conformance.connections import suite_connect
@@ -106,8 +107,7 @@ def keel_dsn(
             "--keel-read-only"
         ):
             migrate_up(conn, sql_root())
-        row = conn.execute("select to_regproc('keel.transition_task') is not null").fetchone()
-        if not row or not row[0]:
+        if not has_schema(conn):
             pytest.exit(
                 "the agentkeel schema is not installed in the --dsn database: run "
                 "`agentkeel migrate up --dsn ...` first, or pass --migrate "

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psycopg
 
+from agentkeel.preflight import has_schema
+
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
 # The result columns every rule returns, in this order.
@@ -127,8 +129,7 @@ def run_checks(conn: psycopg.Connection) -> dict[str, list[Finding]]:
     """Every rule's findings (empty lists for rules that pass), in one read-only transaction."""
     with conn.transaction():
         conn.execute("set transaction read only")
-        row = conn.execute("select to_regnamespace('keel') is not null").fetchone()
-        if not row or not row[0]:
+        if not has_schema(conn):
             raise SchemaMissing("the database has no keel schema: run `agentkeel migrate up` first")
         row = conn.execute("select current_user, has_schema_privilege('keel', 'USAGE')").fetchone()
         if not row or not row[1]:

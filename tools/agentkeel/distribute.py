@@ -30,11 +30,12 @@ from pathlib import Path
 import psycopg
 from pglast import split
 
+from agentkeel.global_tables import local_tables
 from agentkeel.sql_files import sql_root
 
-# Plain per-node tables (keel.global_tables() placement 'local'), as lint knows them from
-# the files; read_layout takes them from the catalog.
-LOCAL_TABLES = ("keel.context_keys", "keel.migration_history", "keel.tenant_token_keys")
+# Plain per-node tables (keel.global_tables() placement 'local'), read from its file for
+# lint; read_layout takes them from the catalog.
+LOCAL_TABLES = local_tables()
 # The keys a worker verifies an agent's context proof with: copied to every worker.
 KEYS_TABLE = "keel.context_keys"
 # The token signing keys: the coordinator's alone; removed from any worker that has them.

@@ -65,7 +65,9 @@ def connect(
 
 
 def has_schema(conn: psycopg.Connection) -> bool:
-    # From the catalog: to_regproc() needs USAGE on the schema, which a role without grants lacks.
+    """Is agentkeel installed here? The one test of it (the CLI, `check`, the suite).
+    From the catalog: to_regproc() needs USAGE on the schema, which a role without grants
+    lacks."""
     row = conn.execute(
         "select exists (select from pg_catalog.pg_proc p"
         " join pg_catalog.pg_namespace n on n.oid = p.pronamespace"

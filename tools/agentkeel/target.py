@@ -7,19 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-import psycopg
-
 from agentkeel.embedded import EmbeddedPostgres
 from agentkeel.migrate import migrate_up
+from agentkeel.preflight import connect
 from agentkeel.sql_files import sql_root
-
-
-def connect(
-    dsn: str, *, autocommit: bool = False, application_name: str = "agentkeel"
-) -> psycopg.Connection:
-    return psycopg.connect(
-        dsn, autocommit=autocommit, application_name=application_name, connect_timeout=10
-    )
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -43,7 +34,7 @@ def embedded_cluster(*, migrated: bool = True, durable: bool = False) -> Iterato
     SIGTERM. durable: fsync on (EmbeddedPostgres)."""
     with cleanup_on_sigterm(), EmbeddedPostgres(durable=durable) as pg:
         if migrated:
-            with connect(pg.dsn, autocommit=True) as conn:
+            with connect(pg.dsn) as conn:
                 migrate_up(conn, sql_root())
         yield pg
 
