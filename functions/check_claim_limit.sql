@@ -1,4 +1,4 @@
--- Leases with fencing (G5): how many tasks one claim may take.
+-- Leases with fencing (G5) and the outbox (G6): how many tasks or messages one claim may take.
 create or replace function keel.check_claim_limit(p_limit integer)
 returns integer
 language plpgsql
@@ -15,7 +15,7 @@ begin
     if p_limit is null or p_limit < 1 or p_limit > v_max then
         raise exception using
             errcode = '22K01',
-            message = format('a claim takes 1 to %s tasks, not %s', v_max, coalesce(p_limit::text, 'null')),
+            message = format('a claim takes 1 to %s items, not %s', v_max, coalesce(p_limit::text, 'null')),
             hint = 'settings.max_batch_items sets the largest batch.';
     end if;
     return p_limit;
@@ -23,4 +23,4 @@ end;
 $$;
 
 comment on function keel.check_claim_limit(integer) is
-'Raises invalid_argument (22K01) unless p_limit is between 1 and settings.max_batch_items (default 1000); returns it. Internal: called by keel.claim_next_tasks and its Citus variant.';
+'Raises invalid_argument (22K01) unless p_limit is between 1 and settings.max_batch_items (default 1000); returns it. Internal: the one batch limit of every claim, called by keel.claim_next_tasks, keel.claim_outbox and their Citus variants.';

@@ -50,9 +50,7 @@ declare
     v_behind_ids uuid[];
 begin
     v_expires := keel.check_lease_request(p_relay, p_lease, v_now);
-    if p_limit is null or p_limit not between 1 and 1000 then
-        raise exception using errcode = '22K01', message = 'claim batch size must be 1 to 1000';
-    end if;
+    perform keel.check_claim_limit(p_limit);
 
     -- Rounds over the claim index, each after the last: every row a round sees leaves the
     -- scan (claimed, dead, or held) or is passed for good (behind a message in flight), and
@@ -167,4 +165,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';
+'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';

@@ -74,10 +74,10 @@ grant execute on function keel.recover_stale_tasks(integer, text, text, integer)
 grant execute on function
 keel.claim_due_task(uuid, uuid, text, interval, text),
 keel.recover_stale_task(uuid, uuid, text, integer),
-keel.check_claim_limit(integer),
 keel.max_recovery_attempts()
 to keel_worker;
 grant execute on function
+keel.check_claim_limit(integer),
 keel.check_lease_request(text, interval, timestamptz),
 keel.interval_end(text, interval, timestamptz, interval),
 keel.set_claim_scan(boolean)

@@ -88,6 +88,27 @@ def test_a_login_outside_keel_relay_is_refused_before_it_starts(migrated_db, gro
             conn.execute(sql.SQL("drop role {}").format(sql.Identifier(name)))
 
 
+def test_a_batch_above_the_databases_claim_limit_is_refused_at_start(migrated_db):
+    """One batch limit, the database's settings.max_batch_items, for the relay as for
+    every claim: past it, exit 2 before anything is claimed."""
+    default = run_agentkeel(
+        "relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "1001"
+    )
+    assert default.returncode == 2, default.stderr
+    assert "settings.max_batch_items is 1000" in default.stderr
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("update keel.settings set value = '50' where setting = 'max_batch_items'")
+        with pytest.raises(psycopg.Error) as refused:  # the claim itself, for any caller
+            conn.execute("select * from keel.claim_outbox('akt-relay', 51)")
+        assert refused.value.sqlstate == "22K01"
+        assert "a claim takes 1 to 50 items, not 51" in str(refused.value)
+    lowered = run_agentkeel("relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "51")
+    assert lowered.returncode == 2, lowered.stderr
+    assert lowered.stderr.strip().endswith("settings.max_batch_items is 50")
+    fits = run_agentkeel("relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "50")
+    assert fits.returncode == 0, fits.stderr
+
+
 def test_an_unreachable_database_is_exit_6():
     result = run_agentkeel(
         "relay", "--dsn", "postgresql://nobody@127.0.0.1:1/x", "--sink", "-", "--once"

@@ -46,9 +46,7 @@ declare
     v_claimed integer := 0;
 begin
     perform keel.check_lease_request(p_relay, p_lease, v_now);
-    if p_limit is null or p_limit not between 1 and 1000 then
-        raise exception using errcode = '22K01', message = 'claim batch size must be 1 to 1000';
-    end if;
+    perform keel.check_claim_limit(p_limit);
     loop
         select
             array_agg(c.tenant_id order by c.available_at),
@@ -110,4 +108,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1-1000) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';

@@ -37,8 +37,8 @@ from agentkeel.preflight import require_schema
     "--batch",
     default=100,
     show_default=True,
-    type=click.IntRange(1, 1000),
-    help="Messages per claim (1 to 1000).",
+    type=click.IntRange(1),
+    help="Messages per claim (1 to the database's settings.max_batch_items, 1000 by default).",
 )
 @click.option(
     "--concurrency",

@@ -139,8 +139,10 @@ SWEEP = (
 SWEEP_EVERY = 2.0
 SWEEP_KEYS = 5000  # about 0.1 s with long keys, each with a head in backoff
 MAX_CLAIMS = (
-    "select coalesce(max(s.value::integer), 20) as max_claims from keel.settings as s"
-    " where s.setting = 'outbox_max_unreported_claims'"
+    "select coalesce(max(s.value::integer) filter (where s.setting ="
+    " 'outbox_max_unreported_claims'), 20) as max_claims,"
+    " coalesce(max(s.value::integer) filter (where s.setting = 'max_batch_items'), 1000)"
+    " as max_batch from keel.settings as s"
 )
 
 # What waits, summed over topics (the periodic status line).
@@ -307,6 +309,12 @@ class Relay:
         limits = await cur.fetchone()
         assert limits is not None
         self.max_claims = int(limits["max_claims"])
+        if self.config.batch > int(limits["max_batch"]):
+            raise AgentkeelError(
+                f"--batch {self.config.batch} is more than a claim may take here: "
+                f"settings.max_batch_items is {limits['max_batch']}",
+                ExitCode.USAGE,
+            )
         return pooled
 
     async def _check_duplicate_window(self) -> float | None:
