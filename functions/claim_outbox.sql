@@ -65,7 +65,7 @@ begin
         v_behind_ids := '{}';
         -- Only this statement sees and locks rows of every tenant; the flag is off again
         -- before anything is written.
-        set local keel.scan_all_tenants = on;
+        perform keel.set_claim_scan(true);
         for v_row in
             select
                 o.tenant_id,
@@ -129,7 +129,7 @@ begin
                 v_behind_ids := v_behind_ids || v_row.message_id;
             end if;
         end loop;
-        set local keel.scan_all_tenants = off;
+        perform keel.set_claim_scan(false);
 
         -- The writes: each names its row's tenant and id (policy outbox_delivery_write).
         -- Holds first: a death below then promotes its key's next message, held or not.

@@ -24,7 +24,7 @@ declare
 begin
     -- Only this statement sees and locks rows of every tenant (policies tasks_claim_scan
     -- and tasks_claim_lock); the flag is off again before anything is written.
-    set local keel.scan_all_tenants = on;
+    perform keel.set_claim_scan(true);
     select t.* into v_task
     from keel.tasks as t
     where t.lease_owner is not null
@@ -39,7 +39,7 @@ begin
     order by t.lease_expires_at
     limit 1
     for update skip locked;
-    set local keel.scan_all_tenants = off;
+    perform keel.set_claim_scan(false);
     return v_task;  -- all null when no unlocked expired lease exists
 end;
 $$;

@@ -17,7 +17,7 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
 begin
-    set local keel.scan_all_tenants = on;
+    perform keel.set_claim_scan(true);
     return query
     select
         o.topic,
@@ -33,7 +33,7 @@ begin
     where o.state in ('pending', 'dead')
     group by o.topic
     order by o.topic;
-    set local keel.scan_all_tenants = off;
+    perform keel.set_claim_scan(false);
 end;
 $$;
 

@@ -28,7 +28,7 @@ begin
     -- of outbox_held_idx, never the messages behind a key), and whether each key's oldest
     -- pending message is held (one probe of outbox_key_pending_idx). Only this statement
     -- sees every tenant's rows.
-    set local keel.scan_all_tenants = on;
+    perform keel.set_claim_scan(true);
     with recursive next_keys (tenant_id, message_key, n) as (
         (
             select o.tenant_id, o.message_key, 1
@@ -69,7 +69,7 @@ begin
         order by o.created_at, o.position, o.message_id
         limit 1
     ) as h;
-    set local keel.scan_all_tenants = off;
+    perform keel.set_claim_scan(false);
     keys := coalesce(array_length(v_tenants, 1), 0);
     promoted := 0;
     for i in 1 .. keys loop

@@ -18,4 +18,4 @@ end;
 $$;
 
 comment on function keel.set_claim_scan(boolean) is
-'Sets the transaction-local keel.scan_all_tenants on or off around the cross-tenant claim scan of keel.claim_next_tasks. Internal: EXECUTE is not granted to any application role; the policies it opens name keel_owner only. Replaced on Citus by a SET LOCAL variant (agentkeel distribute).';
+'Sets the transaction-local keel.scan_all_tenants on or off around a cross-tenant scan: the claims (keel.claim_next_tasks, keel.claim_outbox), keel.outbox_status, keel.promote_outbox_heads and the recoverer''s keel.lock_task_to_recover; the one place the flag is set. Internal: the policies it opens name keel_owner only, so only the SECURITY DEFINER functions above (and, on Citus, their SECURITY INVOKER variants through the policies for keel_worker and keel_relay) see other tenants through it. Replaced on Citus by a SET LOCAL variant (agentkeel distribute).';
