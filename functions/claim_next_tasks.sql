@@ -43,12 +43,7 @@ declare
     v_max_recoveries integer;
     v_context uuid := keel.current_tenant();
 begin
-    if v_context = '00000000-0000-0000-0000-000000000000' then
-        raise exception using
-            errcode = '42K06',
-            message = 'this transaction took tasks of several tenants and acts for none of them',
-            hint = 'Claim again in a transaction of its own.';
-    end if;
+    perform keel.refuse_acting_for_none(v_context, 'Claim again in a transaction of its own.');
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
     v_max_recoveries := keel.max_recovery_attempts();
@@ -94,7 +89,7 @@ begin
     if v_tenants > 1 then
         -- Tasks of several tenants: the transaction acts for none of them from now on
         -- (the nil uuid, which keel.require_tenant refuses and no row carries).
-        perform keel.set_tenant_context('00000000-0000-0000-0000-000000000000');
+        perform keel.set_tenant_context(keel.no_tenant());
     end if;
 end;
 $$;

@@ -79,7 +79,7 @@ begin
     if v_context is not null or v_done = 0 then
         perform keel.set_tenant_context(v_context);
     else
-        perform keel.set_tenant_context('00000000-0000-0000-0000-000000000000');
+        perform keel.set_tenant_context(keel.no_tenant());
     end if;
 end;
 $$;

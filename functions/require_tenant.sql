@@ -21,17 +21,15 @@ as $$
 declare
     v_context uuid := keel.current_tenant();
 begin
-    if p_tenant_id is null or p_tenant_id = '00000000-0000-0000-0000-000000000000' then
+    if p_tenant_id is null or p_tenant_id = keel.no_tenant() then
         raise exception using errcode = '22K01', message = 'a tenant id (not the nil uuid) is required';
     end if;
     -- The nil uuid as the context: this transaction claimed or recovered tasks of several
     -- tenants (keel.claim_next_tasks, keel.recover_stale_tasks), so it acts for none.
-    if v_context = '00000000-0000-0000-0000-000000000000' then
-        raise exception using
-            errcode = '42K06',
-            message = 'this transaction took tasks of several tenants and acts for none of them',
-            hint = 'Act on each claimed task in a transaction of its own (the client does: one call, one transaction).';
-    end if;
+    perform keel.refuse_acting_for_none(
+        v_context,
+        'Act on each claimed task in a transaction of its own (the client does: one call, one transaction).'
+    );
     -- On a Citus worker, inside a transaction block another node began (a delegated call
     -- of a multi-statement transaction), a tenant adopted here would be this node's
     -- alone: the next call, on another node, could adopt another one. So there the

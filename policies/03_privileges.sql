@@ -74,7 +74,9 @@ grant execute on function keel.recover_stale_tasks(integer, text, text, integer)
 grant execute on function
 keel.claim_due_task(uuid, uuid, text, interval, text),
 keel.recover_stale_task(uuid, uuid, text, integer),
-keel.max_recovery_attempts()
+keel.max_recovery_attempts(),
+keel.no_tenant(),
+keel.refuse_acting_for_none(uuid, text)
 to keel_worker;
 grant execute on function
 keel.check_claim_limit(integer),

@@ -55,12 +55,7 @@ declare
 begin
     perform keel.check_lease_request(p_owner, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
-    if v_context = '00000000-0000-0000-0000-000000000000' then
-        raise exception using
-            errcode = '42K06',
-            message = 'this transaction took tasks of several tenants and acts for none of them',
-            hint = 'Claim again in a transaction of its own.';
-    end if;
+    perform keel.refuse_acting_for_none(v_context, 'Claim again in a transaction of its own.');
     loop
         perform keel.set_claim_scan(true);
         select
@@ -120,7 +115,7 @@ begin
         execute format('set local keel.tenant_id = %L', v_claimed_tenant);
         perform keel.bind_tenant_context();
     elsif v_context is null and v_claimed_tenants > 1 then
-        execute 'set local keel.tenant_id = ''00000000-0000-0000-0000-000000000000''';
+        execute format('set local keel.tenant_id = %L', keel.no_tenant());
         perform keel.bind_tenant_context();
     end if;
 end;

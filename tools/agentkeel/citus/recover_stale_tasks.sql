@@ -56,12 +56,7 @@ begin
             message = 'limit must be between 1 and 10000',
             hint = 'Recover in batches; call again while rows come back.';
     end if;
-    if v_context = '00000000-0000-0000-0000-000000000000' then
-        raise exception using
-            errcode = '42K06',
-            message = 'this transaction took tasks of several tenants and acts for none of them',
-            hint = 'Recover in a transaction of its own.';
-    end if;
+    perform keel.refuse_acting_for_none(v_context, 'Recover in a transaction of its own.');
     loop
         perform keel.set_claim_scan(true);
         select
@@ -121,7 +116,7 @@ begin
     -- As on PostgreSQL: after taking tasks over, a transaction that had no context acts
     -- for none (the nil uuid); a context the caller had stays.
     if v_context is null and v_done > 0 then
-        execute 'set local keel.tenant_id = ''00000000-0000-0000-0000-000000000000''';
+        execute format('set local keel.tenant_id = %L', keel.no_tenant());
         perform keel.bind_tenant_context();
     end if;
 end;
