@@ -16,6 +16,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from agentkeel.exitcodes import ExitCode
+from agentkeel_conformance.mutations import BY_NAME, Mutation
 from conftest import REPO, run_agentkeel
 
 
@@ -138,375 +139,47 @@ def test_an_unmigrated_database_is_refused_with_a_hint(db):
     assert "agentkeel migrate up" in result.stdout + result.stderr
 
 
-def break_function(dsn: str, file: str, *mutations: tuple[str, str, int]) -> None:
-    """Install a deliberately broken variant of one repeatable file (a function, or a
-    policies/ file): (pattern, replacement, count)."""
-    source = (REPO / (file if "/" in file else f"functions/{file}")).read_text()
-    for pattern, replacement, expected in mutations:
-        source, count = re.subn(pattern, replacement, source, flags=re.DOTALL)
-        assert count == expected, f"the mutation {pattern!r} did not apply to {file}"
+def break_function(dsn: str, mutation: Mutation) -> None:
+    """Install the deliberately broken variant of one repeatable file (a function, or a
+    policies/ file)."""
+    source = mutation.apply((REPO / mutation.path).read_text())
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(source.encode())
 
 
-# Deliberately broken variants of one function (or policy file) each: the suite must
-# report the guarantee the mutation breaks, naming a test that caught it. A guarantee
-# given as "G5+G1+G2" must fail (G5), and only tests of those guarantees may fail.
-# By default (and in CI) a mutation runs only the tests of its guarantees
-# (`--guarantee G5,G1,G2`): it must still be caught, by the named test, under its first
-# guarantee. With AGENTKEEL_MUTATIONS_FULL=1 each runs the whole suite, which also checks
-# that no test of another guarantee fails (about 16 minutes instead of 7 with -n 2).
+# Each planted bug (agentkeel_conformance.mutations) in a database of its own: the suite
+# must report the guarantee the mutation breaks, naming the test that caught it; only
+# tests of that guarantee and of the ones it lists in `also` may fail. By default (and in
+# CI) a mutation runs only the tests of those guarantees (`--guarantee G5,G1,G2`): it must
+# still be caught, by the named test, under its guarantee. With AGENTKEEL_MUTATIONS_FULL=1
+# each runs the whole suite, which also checks that no test of another guarantee fails
+# (about 16 minutes instead of 7 with -n 2).
 MUTATIONS_FULL = os.environ.get("AGENTKEEL_MUTATIONS_FULL") == "1"
-MUTATIONS = {
-    "G1: plain_tenant_id, trusted_session trusts every login's plain tenant id": (
-        "trusted_session.sql",
-        [(r"pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\)", "true", 1)],
-        # The agent's token is then ignored too: tests of other guarantees that act as an
-        # agent login (the actor test, the fairness attack) fail with it.
-        "G1+G3+G5",
-        "test_a_plain_tenant_id_is_ignored_for_the_agent",
-    ),
-    "G1: adopt_any_tenant, require_tenant lets a trusted call leave its context": (
-        "require_tenant.sql",
-        [
-            (
-                r"if v_context is null and keel.trusted_session\(\) then",
-                "if keel.trusted_session() then",
-                1,
-            )
-        ],
-        "G1",
-        "test_the_app_without_context_sees_nothing_and_acts_only_in_the_tenant_it_names",
-    ),
-    "G1: session_context, current_tenant honours a context left by an earlier transaction": (
-        "current_tenant.sql",
-        [
-            (
-                r"pg_catalog.current_setting\('keel.context_stamp', true\)\s+"
-                r"is distinct from keel.context_stamp\(\)",
-                "false",
-                1,
-            )
-        ],
-        "G1",
-        "test_a_session_level_app_context_is_ignored_by_later_transactions",
-    ),
-    "G1: agent_plain_context, an agent's plain tenant id is honoured like a trusted one": (
-        "trusted_session.sql",
-        [
-            (
-                r"(pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\))",
-                r"\1 or pg_catalog.pg_has_role(session_user, 'keel_agent', 'member')",
-                1,
-            )
-        ],
-        "G1",
-        "test_a_tenant_id_an_agent_plants_gives_it_nothing",
-    ),
-    "G9: numbers_unchecked, numbers no double holds are stored": (
-        "check_payload.sql",
-        [
-            (
-                r"@\.abs\(\) > 1\.7976931348623157e308 \|\| @\.abs\(\) < 2\.2250738585072014e-308",
-                "@.abs() < 0",
-                1,
-            )
-        ],
-        "G9",
-        "test_numbers_no_double_can_hold_are_refused",
-    ),
-    "G1: token_login_unchecked, a token bound to a login verifies for any login": (
-        "verify_tenant_token.sql",
-        [(r"and (v_parts\[5\] <> encode\(convert_to\(session_user)", r"and false and \1", 1)],
-        "G1",
-        "test_a_token_bound_to_one_agent_login_is_refused_to_another",
-    ),
-    "G1: token_snapshot_isolation, tokens verify in a snapshot that hides retirements": (
-        "verify_tenant_token.sql",
-        [(r"current_setting\('transaction_isolation'\) <> 'read committed'", "false", 1)],
-        "G1",
-        "test_a_key_retired_inside_an_open_transaction_stops_its_tokens_there",
-    ),
-    "G1: expiry_at_transaction_start, a token is judged at the transaction's start": (
-        "verify_tenant_token.sql",
-        [(r"<= clock_timestamp\(\) then  -- at call time", "<= now() then", 1)],
-        "G1",
-        "test_a_token_expiring_inside_an_open_transaction_stops_working_there",
-    ),
-    "G5: recover_ignores_context, the recoverer takes other tenants' tasks in a context": (
-        "recover_stale_tasks.sql",
-        [
-            (
-                r"lock_task_to_recover\(v_now, p_workflow, v_after, v_context\)",
-                "lock_task_to_recover(v_now, p_workflow, v_after)",
-                1,
-            )
-        ],
-        "G5",
-        "test_a_transaction_acting_for_a_tenant_recovers_only_that_tenants_tasks",
-    ),
-    "G5: recover_max_raisable, a caller raises the maximum of recovery attempts": (
-        "recover_stale_tasks.sql",
-        [
-            (
-                r"v_max := least\(coalesce\(v_max, keel\.max_recovery_attempts\(\)\), ",
-                "v_max := coalesce(v_max, keel.max_recovery_attempts()) + 0 * least(0, ",
-                1,
-            )
-        ],
-        "G5",
-        "test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts",
-    ),
-    "G6: claim_token_sequential, the next claim token is the previous one plus one": (
-        "claim_locked_message.sql",
-        [(r"claim_token = v_token,", "claim_token = o.claim_token + 1,", 1)],
-        "G6",
-        "test_a_live_claim_cannot_be_guessed_by_another_relay",
-    ),
-    "G6: attempts_at_claim, a claim spends an attempt as it did before migration 0034": (
-        "claim_locked_message.sql",
-        [(r"claims = o\.claims \+ 1", "claims = o.claims + 1, attempts = o.attempts + 1", 1)],
-        "G6",
-        "test_a_crash_between_publish_and_ack_spends_no_attempt",
-    ),
-    "G6: sweep_blind, the relay's sweep promotes no held message": (
-        "promote_outbox_heads.sql",
-        [
-            (
-                r"if v_stuck\[i\] and keel\.promote_outbox_head",
-                "if false and keel.promote_outbox_head",
-                1,
-            )
-        ],
-        "G6",
-        "test_a_message_written_while_the_one_ahead_of_it_is_acked_is_claimed_after_the_sweep",
-    ),
-    "G6: claim_trusts_held, the claim takes every message not held, unchecked": (
-        "claim_outbox.sql",
-        [(r"\(\n                    o\.message_key is null.*?\) as head", "true as head", 1)],
-        "G6",
-        "test_two_first_messages_of_a_key_written_at_once_are_claimed_one_at_a_time",
-    ),
-    "G3: batch_bytes_unchecked, a batch of any size in bytes is run": (
-        "check_batch.sql",
-        [(r"if pg_column_size\(p_items\) > v_bytes then", "if false then", 1)],
-        "G3",
-        "test_a_batch_over_the_byte_budget_is_refused_whole",
-    ),
-    "G3: payload_before_lookup, payloads are checked before the task is looked up": (
-        "transition_task.sql",
-        [
-            (
-                r"(    v_task := keel\.lock_task\(p_tenant_id, p_task_id\);)",
-                "    perform keel.check_payload('event payload', p_payload,"
-                " 'max_event_payload_bytes');\n\\1",
-                1,
-            )
-        ],
-        "G3",
-        "test_a_missing_task_is_refused_before_its_payload_is_read",
-    ),
-    "G9: transition_messages_unbounded, a transition writes any number of messages": (
-        "transition_task.sql",
-        [(r"if jsonb_array_length\(p_outbox\) > v_max_messages then", "if false then", 1)],
-        "G9",
-        "test_a_transition_writes_at_most_the_set_number_of_outbox_messages",
-    ),
-    "G2: hash_unchecked, reserve without the hash comparison": (
-        "reserve_operation.sql",
-        [(r"if v_differs is not null then.*?end if;", "-- conflict check removed", 1)],
-        "G2",
-        "test_a_reused_key_with_different_input_conflicts",
-    ),
-    "G3: version_unchecked, transition without the version check": (
-        "transition_task.sql",
-        [(r"if v_task.state_version <> p_expected_version then.*?end if;", "", 1)],
-        "G3",
-        "test_a_stale_version_is_refused",
-    ),
-    "G4: trigger_open, the append-only trigger lets everything through": (
-        "refuse_event_change.sql",
-        [(r"begin\n    if tg_op", "begin\n    return coalesce(new, old);\n    if tg_op", 1)],
-        "G4",
-        "test_the_owner_is_refused_too",
-    ),
-    "G4: truncate_open, the append-only trigger lets TRUNCATE through": (
-        "refuse_event_change.sql",
-        [
-            (
-                r"begin\n    if tg_op",
-                "begin\n    if tg_op = 'TRUNCATE' then\n        return null;\n    end if;"
-                "\n    if tg_op",
-                1,
-            )
-        ],
-        "G4",
-        "test_the_owner_cannot_truncate_events",
-    ),
-    "G5: completion_unfenced, completion without the fencing check": (
-        "finish_operation.sql",
-        [
-            (
-                r"perform keel.assert_lease\(keel.lock_task\(p_tenant_id, v_task_id, 'share'\),"
-                r" p_fencing_token, v_now\);",
-                "",
-                1,
-            )
-        ],
-        "G5",
-        "test_completing_an_operation_with_a_stale_token_is_refused",
-    ),
-    "G9: keys_unchecked, payload keys are not checked": (
-        "check_payload.sql",
-        [(r"if v_path is not null then", "if false then", 1)],
-        "G9",
-        "test_secret_bearing_keys_are_refused_naming_the_path",
-    ),
-    "G1: agent_table_select, the agent reads tables again": (
-        "policies/03_privileges.sql",
-        [
-            (
-                r"revoke all on all tables in schema keel from keel_agent;",
-                "grant select on keel.tasks, keel.task_events, keel.operations to keel_agent;",
-                1,
-            )
-        ],
-        "G1",
-        "test_explain_estimates_reveal_no_value_only_another_tenant_has",
-    ),
-    "G3: actor_from_caller, the event records what the caller claims": (
-        "transition_task.sql",
-        [(r"v_actor text := session_user;", "v_actor text := coalesce(p_actor, current_user);", 1)],
-        "G3",
-        "test_events_name_the_login_and_keep_the_callers_label_apart",
-    ),
-    "G5: claim_window, a claim that gives up on locked rows": (
-        "claim_next_tasks.sql",
-        [(r"for update skip locked", "for update nowait", 1)],
-        "G5",
-        "test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim",
-    ),
-    "G5: takeovers_uncounted, a claim of an expired lease does not count as a recovery": (
-        "claim_locked_task.sql",
-        [(r"\+ \(case when p_task\.lease_owner is not null then 1 else 0 end\)", "+ 0", 1)],
-        "G5",
-        "test_takeovers_by_claims_count_and_end_in_exhaustion",
-    ),
-    "G5: wake_at_unclamped, a wake time in the past is stored as given": (
-        "check_wake_at.sql",
-        [(r"if p_wake_at is null or p_wake_at <= p_now then", "if p_wake_at is null then", 1)],
-        "G5",
-        "test_a_wake_time_in_the_past_is_stored_as_now",
-    ),
-    "G5: interval_compared, caps compare intervals instead of timestamps": (
-        "interval_end.sql",
-        [
-            (
-                r"if v_end is null or v_end <= p_now or v_end > p_now \+ p_max then",
-                "if v_end is null or p_interval <= interval '0' or p_interval > p_max then",
-                1,
-            )
-        ],
-        "G5+G1+G2",
-        "test_lease_durations_are_checked_as_timestamps",
-    ),
-    "G9: outbox_unchecked, outbox messages skip the payload check": (
-        "transition_task.sql",
-        [(r"perform keel.check_payload\('outbox message'[^;]*;", "", 1)],
-        "G9",
-        "test_every_stored_payload_refuses_secret_bearing_keys",
-    ),
-    "G9: result_unchecked, operation results and errors skip the payload check": (
-        "finish_operation.sql",
-        [(r"perform keel.check_payload\('operation (result|error)'[^;]*;", "", 2)],
-        "G9",
-        "test_every_stored_payload_refuses_secret_bearing_keys",
-    ),
-    "G3: born_due, a task created in a terminal state is due": (
-        "create_task.sql",
-        [(r"if v_terminal then\n        v_wake_at := null;", "if false then\n        null;", 1)],
-        "G3",
-        "test_a_task_created_in_a_terminal_state_is_never_due",
-    ),
-    "G3: unreachable_states, define_workflow accepts states no task can reach": (
-        "define_workflow.sql",
-        [(r"where s\.state not in \(select r\.state from reachable as r\)", "where false", 1)],
-        "G3",
-        "test_define_workflow_refuses_unreachable_and_dead_end_states",
-    ),
-    "G7: agent_idle_unbounded, keel_agent keeps idle transactions forever": (
-        "policies/06_role_settings.sql",
-        [
-            (
-                r"alter role keel_agent set idle_in_transaction_session_timeout = '10s';",
-                "alter role keel_agent reset idle_in_transaction_session_timeout;",
-                1,
-            )
-        ],
-        "G7",
-        "test_an_agent_login_left_idle_in_a_transaction_is_terminated",
-    ),
-    "G9: depth_unchecked, deep payloads reach the key walk": (
-        "check_payload.sql",
-        [
-            (
-                r"if jsonb_path_exists\(p_payload, format",
-                "if false and jsonb_path_exists(p_payload, format",
-                1,
-            )
-        ],
-        "G9",
-        "test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work",
-    ),
-    "G8: reuse_unrecorded, begin_step reuses a result without recording STEP_RESULT_REUSED": (
-        "begin_step.sql",
-        [(r"insert into keel\.task_events \(.*?\);", "null;", 1)],
-        "G8",
-        "test_a_killed_worker_is_resumed_without_re_executing_completed_steps",
-    ),
-    "G6: outbox_dropped, a transition commits without its outbox messages": (
-        "transition_task.sql",
-        [(r"insert into keel\.outbox \(.*?\);", "null;", 1)],
-        # The G3 test of the same-transaction commit reads the rows too.
-        "G6+G3",
-        "test_racing_workers_keep_every_guarantee",
-    ),
-    "G6: ack_unfenced, ack_outbox without the token check": (
-        "ack_outbox.sql",
-        [(r"perform keel\.assert_outbox_claim\(v_message, p_claim_token\);", "", 1)],
-        "G6",
-        "test_an_expired_claim_is_taken_over_and_the_stale_token_changes_nothing",
-    ),
-    "G3: session_terminal_overwritten, a running step update replaces a finished one": (
-        "record_session_update.sql",
-        [(r"elsif v_latest\.status in \('completed', 'failed'\) and ", "elsif false and ", 2)],
-        "G3",
-        "test_a_finished_step_is_never_replaced_by_a_running_update",
-    ),
-}
 
 
-@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
-def test_the_suite_catches_a_broken_function(migrated_db, mutation):
-    file, edits, guarantees, test_name = MUTATIONS[mutation]
-    guarantee, *others = guarantees.split("+")
-    break_function(migrated_db, file, *edits)
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_the_suite_catches_a_broken_function(migrated_db, name):
+    mutation = BY_NAME[name]
+    break_function(migrated_db, mutation)
+    guarantees = (mutation.guarantee, *mutation.also)
     # -n 2: the suite waits more than it computes (idle-timeout, race and relay tests)
-    selection = [] if MUTATIONS_FULL else ["--guarantee", guarantees.replace("+", ",")]
+    selection = [] if MUTATIONS_FULL else ["--guarantee", ",".join(guarantees)]
     result = run_agentkeel("conformance", "--dsn", migrated_db, "-q", "-n", "2", *selection)
     assert result.returncode == 1, result.stdout[-3000:]
     table = verdicts(result.stdout)
-    assert table[guarantee] == "FAILED"
-    assert re.search(rf"^{guarantee} FAILED \S*::{test_name}\b", result.stdout, re.MULTILINE)
+    assert table[mutation.guarantee] == "FAILED"
+    assert re.search(
+        rf"^{mutation.guarantee} FAILED \S*::{mutation.caught_by}\b", result.stdout, re.MULTILINE
+    )
     if MUTATIONS_FULL:
-        # Only tests that prove this guarantee (some prove several) may fail: each failed
+        # Only tests that prove these guarantees (some prove several) may fail: each failed
         # test (module::function) with every guarantee it was reported under.
         failed: dict[str, set[str]] = {}
         for gid, test in re.findall(
             r"^(G\d+) FAILED (\S+?::[^\s\[:]+)", result.stdout, flags=re.MULTILINE
         ):
             failed.setdefault(test, set()).add(gid)
-        assert failed and all(gids & {guarantee, *others} for gids in failed.values()), failed
+        assert failed and all(gids & set(guarantees) for gids in failed.values()), failed
 
 
 def test_the_embedded_default_runs_with_no_dsn():

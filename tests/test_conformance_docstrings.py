@@ -1,5 +1,6 @@
 """The testing standard, kept true: every conformance test ends its docstring with the
-planted bug (an entry of MUTATIONS) that fails it, or says in one line why none applies."""
+planted bug (agentkeel_conformance.mutations) that fails it, or says in one line why none
+applies; and every mutation is cited by the test that must catch it."""
 
 from __future__ import annotations
 
@@ -8,15 +9,27 @@ import re
 
 import pytest
 
+from agentkeel.guarantees import GUARANTEES
+from agentkeel_conformance.mutations import BY_NAME, MUTATIONS
 from conftest import REPO
-from test_conformance_cli import MUTATIONS
 
 SUITE = REPO / "conformance" / "agentkeel_conformance"
-KEY = re.compile(r"^G\d+: (\w+), \S")
 
 
 def mutation_names() -> set[str]:
-    return {match[1] for key in MUTATIONS if (match := KEY.match(key))}
+    return set(BY_NAME)
+
+
+# "Mutation: <name>." or "Mutation: <name>; also <name>, <name> (why)."
+CITATION = re.compile(r"^Mutation: (\w+)(?:; also (\w+(?:, \w+)*))?")
+
+
+def cited(line: str) -> list[str]:
+    """The mutations a docstring's last line names, the main one first."""
+    match = CITATION.match(line)
+    if match is None:
+        return []
+    return [match[1], *(match[2].split(", ") if match[2] else [])]
 
 
 def conformance_tests() -> list[tuple[str, ast.FunctionDef]]:
@@ -31,9 +44,30 @@ def conformance_tests() -> list[tuple[str, ast.FunctionDef]]:
     return found
 
 
-def test_every_mutation_key_has_a_short_name():
-    assert [key for key in MUTATIONS if not KEY.match(key)] == []
-    assert len(mutation_names()) == len(MUTATIONS), "two mutations share a short name"
+def test_every_mutation_has_a_name_of_its_own_and_a_known_guarantee():
+    assert all(re.fullmatch(r"\w+", m.name) for m in MUTATIONS)
+    assert len(BY_NAME) == len(MUTATIONS), "two mutations share a name"
+    assert all(g in GUARANTEES for m in MUTATIONS for g in (m.guarantee, *m.also))
+
+
+def test_every_mutation_applies_to_the_file_it_names():
+    for mutation in MUTATIONS:
+        source = (REPO / mutation.path).read_text()
+        assert mutation.apply(source) != source, mutation.name
+
+
+def test_every_mutation_is_cited_by_the_test_that_catches_it():
+    """The test a mutation names as its catcher says so in its docstring."""
+    citing: dict[str, set[str]] = {}
+    for name, node in conformance_tests():
+        last = (ast.get_docstring(node) or "").strip().splitlines()[-1:]
+        for mutation_name in cited(last[0].strip()) if last else []:
+            citing.setdefault(mutation_name, set()).add(name.split("::")[1])
+    for mutation in MUTATIONS:
+        assert mutation.caught_by in citing.get(mutation.name, set()), (
+            f"{mutation.name}: {mutation.caught_by} does not end its docstring with "
+            f"'Mutation: {mutation.name}'"
+        )
 
 
 def test_the_suite_has_tests_to_check():
@@ -47,8 +81,9 @@ def test_every_conformance_test_names_its_mutation_or_why_none_applies(name, nod
     doc = ast.get_docstring(node)
     assert doc, f"{name} has no docstring"
     last = doc.strip().splitlines()[-1].strip()
-    if match := re.match(r"^Mutation: (\w+)", last):
-        assert match[1] in mutation_names(), f"{name} cites an unknown mutation {match[1]!r}"
+    if names := cited(last):
+        unknown = [n for n in names if n not in mutation_names()]
+        assert not unknown, f"{name} cites unknown mutations {unknown}"
     else:
         assert re.match(r"^No mutation: \S.{9,}", last), (
             f"{name}: the docstring's last line is neither 'Mutation: <name>' nor"

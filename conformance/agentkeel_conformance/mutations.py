@@ -1,0 +1,576 @@
+"""The planted bugs the suite must catch: one broken variant of one SQL file each.
+
+Each Mutation names the guarantee it breaks and the test that must report it; every
+conformance test's docstring ends with the mutation that fails it (`Mutation: <name>`) or
+why none applies (tests/test_conformance_docstrings.py). The project's tests install each
+one in a database of its own and run the suite (tests/test_conformance_cli.py).
+
+Beside these, `guards()` finds every `raise exception` of the SQL API and `disabled()`
+turns one into a no-op: generated mutants, one per guard, which tests/mutants.py runs
+on demand and reports the survivors of (a guard no test notices is missing).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Edit:
+    """re.subn(pattern, replacement, source, flags=re.DOTALL) must make `count` changes."""
+
+    pattern: str
+    replacement: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str  # what conformance docstrings cite: "Mutation: <name>"
+    guarantee: str  # the guarantee it breaks: the suite must say it FAILED
+    breaks: str  # what the broken variant does, in words
+    file: str  # the repeatable file it replaces: functions/<file>, or a path from the root
+    edits: tuple[Edit, ...]
+    caught_by: str  # the test that must report it, under `guarantee`
+    # Guarantees whose tests may fail too (the same bug breaks them), run alongside.
+    also: tuple[str, ...] = field(default=())
+
+    @property
+    def path(self) -> str:
+        return self.file if "/" in self.file else f"functions/{self.file}"
+
+    def apply(self, source: str) -> str:
+        """The broken variant of source; ValueError when an edit does not apply as stated."""
+        for edit in self.edits:
+            source, count = re.subn(edit.pattern, edit.replacement, source, flags=re.DOTALL)
+            if count != edit.count:
+                raise ValueError(
+                    f"{self.name}: {edit.pattern!r} made {count} changes in {self.file}"
+                )
+        return source
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    Mutation(
+        name="plain_tenant_id",
+        guarantee="G1",
+        breaks="trusted_session trusts every login's plain tenant id",
+        file="trusted_session.sql",
+        edits=(Edit(r"pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\)", r"true", 1),),
+        caught_by="test_a_plain_tenant_id_is_ignored_for_the_agent",
+        # The agent's token is then ignored too: tests of other guarantees that act as an
+        # agent login (the actor test, the fairness attack) fail with it.
+        also=("G3", "G5"),
+    ),
+    Mutation(
+        name="adopt_any_tenant",
+        guarantee="G1",
+        breaks="require_tenant lets a trusted call leave its context",
+        file="require_tenant.sql",
+        edits=(
+            Edit(
+                r"if v_context is null and keel.trusted_session\(\) then",
+                r"if keel.trusted_session() then",
+                1,
+            ),
+        ),
+        caught_by="test_the_app_without_context_sees_nothing_and_acts_only_in_the_tenant_it_names",
+    ),
+    Mutation(
+        name="session_context",
+        guarantee="G1",
+        breaks="current_tenant honours a context left by an earlier transaction",
+        file="current_tenant.sql",
+        edits=(
+            Edit(
+                r"pg_catalog.current_setting\('keel.context_stamp', true\)"
+                r"\s+is distinct from keel.context_stamp\(\)",
+                r"false",
+                1,
+            ),
+        ),
+        caught_by="test_a_session_level_app_context_is_ignored_by_later_transactions",
+    ),
+    Mutation(
+        name="agent_plain_context",
+        guarantee="G1",
+        breaks="an agent's plain tenant id is honoured like a trusted one",
+        file="trusted_session.sql",
+        edits=(
+            Edit(
+                r"(pg_catalog.pg_has_role\(session_user, 'keel_app', 'member'\))",
+                r"\1 or pg_catalog.pg_has_role(session_user, 'keel_agent', 'member')",
+                1,
+            ),
+        ),
+        caught_by="test_a_tenant_id_an_agent_plants_gives_it_nothing",
+    ),
+    Mutation(
+        name="numbers_unchecked",
+        guarantee="G9",
+        breaks="numbers no double holds are stored",
+        file="check_payload.sql",
+        edits=(
+            Edit(
+                r"@\.abs\(\) > 1\.7976931348623157e308 \|\| @\.abs\(\) < 2\.2250738585072014e-308",
+                r"@.abs() < 0",
+                1,
+            ),
+        ),
+        caught_by="test_numbers_no_double_can_hold_are_refused",
+    ),
+    Mutation(
+        name="token_login_unchecked",
+        guarantee="G1",
+        breaks="a token bound to a login verifies for any login",
+        file="verify_tenant_token.sql",
+        edits=(
+            Edit(r"and (v_parts\[5\] <> encode\(convert_to\(session_user)", r"and false and \1", 1),
+        ),
+        caught_by="test_a_token_bound_to_one_agent_login_is_refused_to_another",
+    ),
+    Mutation(
+        name="token_snapshot_isolation",
+        guarantee="G1",
+        breaks="tokens verify in a snapshot that hides retirements",
+        file="verify_tenant_token.sql",
+        edits=(
+            Edit(r"current_setting\('transaction_isolation'\) <> 'read committed'", r"false", 1),
+        ),
+        caught_by="test_a_key_retired_inside_an_open_transaction_stops_its_tokens_there",
+    ),
+    Mutation(
+        name="expiry_at_transaction_start",
+        guarantee="G1",
+        breaks="a token is judged at the transaction's start",
+        file="verify_tenant_token.sql",
+        edits=(Edit(r"<= clock_timestamp\(\) then  -- at call time", r"<= now() then", 1),),
+        caught_by="test_a_token_expiring_inside_an_open_transaction_stops_working_there",
+    ),
+    Mutation(
+        name="recover_ignores_context",
+        guarantee="G5",
+        breaks="the recoverer takes other tenants' tasks in a context",
+        file="recover_stale_tasks.sql",
+        edits=(
+            Edit(
+                r"lock_task_to_recover\(v_now, p_workflow, v_after, v_context\)",
+                r"lock_task_to_recover(v_now, p_workflow, v_after)",
+                1,
+            ),
+        ),
+        caught_by="test_a_transaction_acting_for_a_tenant_recovers_only_that_tenants_tasks",
+    ),
+    Mutation(
+        name="recover_max_raisable",
+        guarantee="G5",
+        breaks="a caller raises the maximum of recovery attempts",
+        file="recover_stale_tasks.sql",
+        edits=(
+            Edit(
+                r"v_max := least\(coalesce\(v_max, keel\.max_recovery_attempts\(\)\), ",
+                r"v_max := coalesce(v_max, keel.max_recovery_attempts()) + 0 * least(0, ",
+                1,
+            ),
+        ),
+        caught_by="test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts",
+    ),
+    Mutation(
+        name="claim_token_sequential",
+        guarantee="G6",
+        breaks="the next claim token is the previous one plus one",
+        file="claim_locked_message.sql",
+        edits=(Edit(r"claim_token = v_token,", r"claim_token = o.claim_token + 1,", 1),),
+        caught_by="test_a_live_claim_cannot_be_guessed_by_another_relay",
+    ),
+    Mutation(
+        name="attempts_at_claim",
+        guarantee="G6",
+        breaks="a claim spends an attempt as it did before migration 0034",
+        file="claim_locked_message.sql",
+        edits=(
+            Edit(
+                r"claims = o\.claims \+ 1", r"claims = o.claims + 1, attempts = o.attempts + 1", 1
+            ),
+        ),
+        caught_by="test_a_crash_between_publish_and_ack_spends_no_attempt",
+    ),
+    Mutation(
+        name="sweep_blind",
+        guarantee="G6",
+        breaks="the relay's sweep promotes no held message",
+        file="promote_outbox_heads.sql",
+        edits=(
+            Edit(
+                r"if v_stuck\[i\] and keel\.promote_outbox_head",
+                r"if false and keel.promote_outbox_head",
+                1,
+            ),
+        ),
+        caught_by="test_a_message_written_while_the_one_ahead_of_it_is_acked_is_claimed_after_the_sweep",
+    ),
+    Mutation(
+        name="claim_trusts_held",
+        guarantee="G6",
+        breaks="the claim takes every message not held, unchecked",
+        file="claim_outbox.sql",
+        edits=(
+            Edit(
+                r"\(\n                    o\.message_key is null.*?\) as head", r"true as head", 1
+            ),
+        ),
+        caught_by="test_two_first_messages_of_a_key_written_at_once_are_claimed_one_at_a_time",
+    ),
+    Mutation(
+        name="batch_bytes_unchecked",
+        guarantee="G3",
+        breaks="a batch of any size in bytes is run",
+        file="check_batch.sql",
+        edits=(Edit(r"if pg_column_size\(p_items\) > v_bytes then", r"if false then", 1),),
+        caught_by="test_a_batch_over_the_byte_budget_is_refused_whole",
+    ),
+    Mutation(
+        name="payload_before_lookup",
+        guarantee="G3",
+        breaks="payloads are checked before the task is looked up",
+        file="transition_task.sql",
+        edits=(
+            Edit(
+                r"(    v_task := keel\.lock_task\(p_tenant_id, p_task_id\);)",
+                "    perform keel.check_payload("
+                "'event payload', p_payload, 'max_event_payload_bytes');\n\\1",
+                1,
+            ),
+        ),
+        caught_by="test_a_missing_task_is_refused_before_its_payload_is_read",
+    ),
+    Mutation(
+        name="transition_messages_unbounded",
+        guarantee="G9",
+        breaks="a transition writes any number of messages",
+        file="transition_task.sql",
+        edits=(
+            Edit(r"if jsonb_array_length\(p_outbox\) > v_max_messages then", r"if false then", 1),
+        ),
+        caught_by="test_a_transition_writes_at_most_the_set_number_of_outbox_messages",
+    ),
+    Mutation(
+        name="hash_unchecked",
+        guarantee="G2",
+        breaks="reserve without the hash comparison",
+        file="reserve_operation.sql",
+        edits=(Edit(r"if v_differs is not null then.*?end if;", r"-- conflict check removed", 1),),
+        caught_by="test_a_reused_key_with_different_input_conflicts",
+    ),
+    Mutation(
+        name="version_unchecked",
+        guarantee="G3",
+        breaks="transition without the version check",
+        file="transition_task.sql",
+        edits=(Edit(r"if v_task.state_version <> p_expected_version then.*?end if;", r"", 1),),
+        caught_by="test_a_stale_version_is_refused",
+    ),
+    Mutation(
+        name="trigger_open",
+        guarantee="G4",
+        breaks="the append-only trigger lets everything through",
+        file="refuse_event_change.sql",
+        edits=(
+            Edit(r"begin\n    if tg_op", "begin\n    return coalesce(new, old);\n    if tg_op", 1),
+        ),
+        caught_by="test_the_owner_is_refused_too",
+    ),
+    Mutation(
+        name="truncate_open",
+        guarantee="G4",
+        breaks="the append-only trigger lets TRUNCATE through",
+        file="refuse_event_change.sql",
+        edits=(
+            Edit(
+                r"begin\n    if tg_op",
+                "begin\n"
+                "    if tg_op = 'TRUNCATE' then\n        return null;\n    end if;\n    if tg_op",
+                1,
+            ),
+        ),
+        caught_by="test_the_owner_cannot_truncate_events",
+    ),
+    Mutation(
+        name="completion_unfenced",
+        guarantee="G5",
+        breaks="completion without the fencing check",
+        file="finish_operation.sql",
+        edits=(
+            Edit(
+                r"perform keel.assert_lease\(keel.lock_task\(p_tenant_id, v_task_id, 'share'\)"
+                r", p_fencing_token, v_now\);",
+                r"",
+                1,
+            ),
+        ),
+        caught_by="test_completing_an_operation_with_a_stale_token_is_refused",
+    ),
+    Mutation(
+        name="keys_unchecked",
+        guarantee="G9",
+        breaks="payload keys are not checked",
+        file="check_payload.sql",
+        edits=(Edit(r"if v_path is not null then", r"if false then", 1),),
+        caught_by="test_secret_bearing_keys_are_refused_naming_the_path",
+    ),
+    Mutation(
+        name="agent_table_select",
+        guarantee="G1",
+        breaks="the agent reads tables again",
+        file="policies/03_privileges.sql",
+        edits=(
+            Edit(
+                r"revoke all on all tables in schema keel from keel_agent;",
+                r"grant select on keel.tasks, keel.task_events, keel.operations to keel_agent;",
+                1,
+            ),
+        ),
+        caught_by="test_explain_estimates_reveal_no_value_only_another_tenant_has",
+    ),
+    Mutation(
+        name="actor_from_caller",
+        guarantee="G3",
+        breaks="the event records what the caller claims",
+        file="transition_task.sql",
+        edits=(
+            Edit(
+                r"v_actor text := session_user;",
+                r"v_actor text := coalesce(p_actor, current_user);",
+                1,
+            ),
+        ),
+        caught_by="test_events_name_the_login_and_keep_the_callers_label_apart",
+    ),
+    Mutation(
+        name="claim_window",
+        guarantee="G5",
+        breaks="a claim that gives up on locked rows",
+        file="claim_next_tasks.sql",
+        edits=(Edit(r"for update skip locked", r"for update nowait", 1),),
+        caught_by="test_a_tenant_locking_its_due_tasks_does_not_stall_another_tenants_claim",
+    ),
+    Mutation(
+        name="takeovers_uncounted",
+        guarantee="G5",
+        breaks="a claim of an expired lease does not count as a recovery",
+        file="claim_locked_task.sql",
+        edits=(
+            Edit(r"\+ \(case when p_task\.lease_owner is not null then 1 else 0 end\)", r"+ 0", 1),
+        ),
+        caught_by="test_takeovers_by_claims_count_and_end_in_exhaustion",
+    ),
+    Mutation(
+        name="wake_at_unclamped",
+        guarantee="G5",
+        breaks="a wake time in the past is stored as given",
+        file="check_wake_at.sql",
+        edits=(
+            Edit(
+                r"if p_wake_at is null or p_wake_at <= p_now then", r"if p_wake_at is null then", 1
+            ),
+        ),
+        caught_by="test_a_wake_time_in_the_past_is_stored_as_now",
+    ),
+    Mutation(
+        name="interval_compared",
+        guarantee="G5",
+        breaks="caps compare intervals instead of timestamps",
+        file="interval_end.sql",
+        edits=(
+            Edit(
+                r"if v_end is null or v_end <= p_now or v_end > p_now \+ p_max then",
+                r"if v_end is null or p_interval <= interval '0' or p_interval > p_max then",
+                1,
+            ),
+        ),
+        caught_by="test_lease_durations_are_checked_as_timestamps",
+        also=("G1", "G2"),
+    ),
+    Mutation(
+        name="outbox_unchecked",
+        guarantee="G9",
+        breaks="outbox messages skip the payload check",
+        file="transition_task.sql",
+        edits=(Edit(r"perform keel.check_payload\('outbox message'[^;]*;", r"", 1),),
+        caught_by="test_every_stored_payload_refuses_secret_bearing_keys",
+    ),
+    Mutation(
+        name="result_unchecked",
+        guarantee="G9",
+        breaks="operation results and errors skip the payload check",
+        file="finish_operation.sql",
+        edits=(Edit(r"perform keel.check_payload\('operation (result|error)'[^;]*;", r"", 2),),
+        caught_by="test_every_stored_payload_refuses_secret_bearing_keys",
+    ),
+    Mutation(
+        name="born_due",
+        guarantee="G3",
+        breaks="a task created in a terminal state is due",
+        file="create_task.sql",
+        edits=(
+            Edit(
+                r"if v_terminal then\n        v_wake_at := null;", "if false then\n        null;", 1
+            ),
+        ),
+        caught_by="test_a_task_created_in_a_terminal_state_is_never_due",
+    ),
+    Mutation(
+        name="unreachable_states",
+        guarantee="G3",
+        breaks="define_workflow accepts states no task can reach",
+        file="define_workflow.sql",
+        edits=(
+            Edit(
+                r"where s\.state not in \(select r\.state from reachable as r\)", r"where false", 1
+            ),
+        ),
+        caught_by="test_define_workflow_refuses_unreachable_and_dead_end_states",
+    ),
+    Mutation(
+        name="agent_idle_unbounded",
+        guarantee="G7",
+        breaks="keel_agent keeps idle transactions forever",
+        file="policies/06_role_settings.sql",
+        edits=(
+            Edit(
+                r"alter role keel_agent set idle_in_transaction_session_timeout = '10s';",
+                r"alter role keel_agent reset idle_in_transaction_session_timeout;",
+                1,
+            ),
+        ),
+        caught_by="test_an_agent_login_left_idle_in_a_transaction_is_terminated",
+    ),
+    Mutation(
+        name="depth_unchecked",
+        guarantee="G9",
+        breaks="deep payloads reach the key walk",
+        file="check_payload.sql",
+        edits=(
+            Edit(
+                r"if jsonb_path_exists\(p_payload, format",
+                r"if false and jsonb_path_exists(p_payload, format",
+                1,
+            ),
+        ),
+        caught_by="test_payloads_nested_deeper_than_the_limit_are_refused_before_any_other_work",
+    ),
+    Mutation(
+        name="reuse_unrecorded",
+        guarantee="G8",
+        breaks="begin_step reuses a result without recording STEP_RESULT_REUSED",
+        file="begin_step.sql",
+        edits=(Edit(r"insert into keel\.task_events \(.*?\);", r"null;", 1),),
+        caught_by="test_a_killed_worker_is_resumed_without_re_executing_completed_steps",
+    ),
+    Mutation(
+        name="outbox_dropped",
+        guarantee="G6",
+        breaks="a transition commits without its outbox messages",
+        file="transition_task.sql",
+        edits=(Edit(r"insert into keel\.outbox \(.*?\);", r"null;", 1),),
+        caught_by="test_racing_workers_keep_every_guarantee",
+        # The G3 test of the same-transaction commit reads the rows too.
+        also=("G3",),
+    ),
+    Mutation(
+        name="ack_unfenced",
+        guarantee="G6",
+        breaks="ack_outbox without the token check",
+        file="ack_outbox.sql",
+        edits=(Edit(r"perform keel\.assert_outbox_claim\(v_message, p_claim_token\);", r"", 1),),
+        caught_by="test_an_expired_claim_is_taken_over_and_the_stale_token_changes_nothing",
+    ),
+    Mutation(
+        name="session_terminal_overwritten",
+        guarantee="G3",
+        breaks="a running step update replaces a finished one",
+        file="record_session_update.sql",
+        edits=(
+            Edit(
+                r"elsif v_latest\.status in \('completed', 'failed'\) and ", r"elsif false and ", 2
+            ),
+        ),
+        caught_by="test_a_finished_step_is_never_replaced_by_a_running_update",
+    ),
+)
+BY_NAME = {m.name: m for m in MUTATIONS}
+
+
+# -- generated mutants: each guard of the SQL API disabled in turn -----------------------
+
+RAISE = re.compile(r"\braise\s+exception\b", re.IGNORECASE)
+ERRCODE = re.compile(r"errcode\s*=\s*'([0-9A-Z]{5})'", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One `raise exception ...;` statement of a function file."""
+
+    path: Path
+    start: int  # offsets of the statement in the file's text, the ';' included
+    end: int
+    line: int
+    sqlstate: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.name}:{self.line} {self.sqlstate or '?'}"
+
+
+def _statement_end(text: str, start: int) -> int:
+    """The offset just past the ';' that ends the statement starting at start, skipping
+    quoted strings ('it''s'), identifiers and -- comments."""
+    i, quote = start, None
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                if i + 1 < len(text) and text[i + 1] == quote:
+                    i += 1  # a doubled quote inside the string
+                else:
+                    quote = None
+        elif text.startswith("--", i):
+            i = text.find("\n", i)  # a comment: to the end of its line
+            if i < 0:
+                break
+        elif ch in "'\"":
+            quote = ch
+        elif ch == ";":
+            return i + 1
+        i += 1
+    raise ValueError(f"no end of the statement at offset {start}")
+
+
+def guards(path: Path) -> list[Guard]:
+    """Every `raise exception` statement of a function file, in order."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for match in RAISE.finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if text[line_start : match.start()].lstrip().startswith("--"):
+            continue  # in a comment
+        end = _statement_end(text, match.start())
+        code = ERRCODE.search(text, match.start(), end)
+        found.append(
+            Guard(
+                path,
+                match.start(),
+                end,
+                text.count("\n", 0, match.start()) + 1,
+                code[1] if code else None,
+            )
+        )
+    return found
+
+
+def disabled(guard: Guard) -> str:
+    """The file's text with that one guard replaced by a no-op (`null;`)."""
+    text = guard.path.read_text(encoding="utf-8")
+    return text[: guard.start] + "null;" + text[guard.end :]
