@@ -217,6 +217,37 @@ def test_concurrent_batch_claimers_never_share_a_task(connect, workflow, new_tas
 
 
 @pytest.mark.guarantee("G1")
+@pytest.mark.parametrize(
+    "then",
+    [
+        "select count(*) from keel.claim_next_tasks('w', 5, '1 minute')",
+        "select count(*) from keel.recover_stale_tasks()",
+    ],
+    ids=["claim", "recover"],
+)
+def test_a_transaction_that_acts_for_none_can_take_no_more_tasks(
+    connect, make_tenant, workflow, login_role, then
+):
+    """After a claim of tasks of two tenants the transaction acts for none of them: a
+    second claim or a recovery in it is refused (42K06), on one node as on Citus.
+    No mutation: the generated mutants delete each keel.refuse_acting_for_none call."""
+    a, b = make_tenant(), make_tenant()
+    creator = Keel(connect(role="keel_app"))
+    for tenant in (a, b):
+        creator.create_task(tenant, workflow.name, workflow.version)
+    conn = suite_connect(login_role("keel_worker").dsn, autocommit=True)
+    with pytest.raises(psycopg.Error) as info, conn.transaction():
+        got = conn.execute(
+            "select tenant_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
+            (workflow.name,),
+        ).fetchall()
+        assert {r[0] for r in got} == {a, b}
+        conn.execute(then)
+    conn.close()
+    assert info.value.sqlstate == "42K06", info.value
+
+
+@pytest.mark.guarantee("G1")
 def test_a_claim_keeps_one_tenant_per_transaction(connect, make_tenant, workflow, login_role):
     """In a transaction that acts for tenant A, a claim takes only A's tasks; after a claim
     of tasks of two tenants the transaction acts for neither (42K06 on the next call).

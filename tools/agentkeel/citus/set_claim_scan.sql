@@ -22,4 +22,4 @@ end;
 $$;
 
 comment on function keel.set_claim_scan(boolean) is
-'Citus variant (installed by agentkeel distribute): sets SET LOCAL keel.scan_all_tenants on or off around the cross-tenant claim scan of keel.claim_next_tasks. Internal: EXECUTE is not granted to any application role; the policies it opens name keel_owner only.';
+'Citus variant (installed by agentkeel distribute): sets SET LOCAL keel.scan_all_tenants on or off around a cross-tenant scan (the claims, outbox_status, the sweep, the recoverer), one executor level below the client''s statement so that Citus propagates it to the workers. Internal: granted to keel_worker and keel_relay for the SECURITY INVOKER variants that scan as those logins; the policies the flag opens name keel_owner and, for reading task and message metadata, keel_worker and keel_relay.';
