@@ -88,25 +88,41 @@ def test_a_login_outside_keel_relay_is_refused_before_it_starts(migrated_db, gro
             conn.execute(sql.SQL("drop role {}").format(sql.Identifier(name)))
 
 
-def test_a_batch_above_the_databases_claim_limit_is_refused_at_start(migrated_db):
-    """One batch limit, the database's settings.max_batch_items, for the relay as for
-    every claim: past it, exit 2 before anything is claimed."""
-    default = run_agentkeel(
-        "relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "1001"
-    )
-    assert default.returncode == 2, default.stderr
-    assert "settings.max_batch_items is 1000" in default.stderr
+def test_the_relay_claims_at_most_the_databases_batch_limit(migrated_db, tmp_path):
+    """One batch limit, the database's settings.max_batch_items, for the relay as for every
+    claim. A larger --batch is lowered to it, with a warning; so is the relay's batch when
+    the setting is lowered while it runs (it does not die on the refused claim)."""
     with psycopg.connect(migrated_db, autocommit=True) as conn:
-        conn.execute("update keel.settings set value = '50' where setting = 'max_batch_items'")
+        conn.execute("update keel.settings set value = '5' where setting = 'max_batch_items'")
         with pytest.raises(psycopg.Error) as refused:  # the claim itself, for any caller
-            conn.execute("select * from keel.claim_outbox('akt-relay', 51)")
+            conn.execute("select * from keel.claim_outbox('akt-relay', 6)")
         assert refused.value.sqlstate == "22K01"
-        assert "a claim takes 1 to 50 items, not 51" in str(refused.value)
-    lowered = run_agentkeel("relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "51")
-    assert lowered.returncode == 2, lowered.stderr
-    assert lowered.stderr.strip().endswith("settings.max_batch_items is 50")
-    fits = run_agentkeel("relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "50")
-    assert fits.returncode == 0, fits.stderr
+        assert "a claim takes 1 to 5 items, not 6" in str(refused.value)
+    box = Outbox.make(migrated_db)
+    box.commit("batch.limit", [{"n": n} for n in range(12)])
+    once = run_agentkeel("relay", "--dsn", migrated_db, "--sink", "-", "--once", "--batch", "50")
+    assert once.returncode == 0, once.stderr
+    assert '"event": "batch lowered to settings.max_batch_items"' in once.stderr
+    assert '"requested": 50, "batch": 5' in once.stderr
+    assert box.states() == {"delivered": 12}
+    # Lowered under a running relay: its next claim is refused, it fits and goes on.
+    sink = tmp_path / "out.jsonl"
+    relay = start_relay(migrated_db, f"file:{sink}", "--batch", "5", "--poll-interval", "0.2")
+    try:
+        assert relay.stderr is not None
+        for line in relay.stderr:
+            if '"event": "relay started"' in line:
+                break
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute("update keel.settings set value = '2' where setting = 'max_batch_items'")
+        sent = box.commit("batch.lowered", [{"n": n} for n in range(6)])
+        box.wait_for(lambda rows: all(r["state"] == "delivered" for r in rows), timeout=120)
+        assert [json.loads(line)["message_id"] for line in sink.read_text().splitlines()] == sent
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _, stderr = relay.communicate(timeout=60)
+    assert relay.returncode == 0, stderr
+    assert '"requested": 5, "batch": 2' in stderr
 
 
 def test_an_unreachable_database_is_exit_6():

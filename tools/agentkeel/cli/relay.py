@@ -38,7 +38,8 @@ from agentkeel.preflight import require_schema
     default=100,
     show_default=True,
     type=click.IntRange(1),
-    help="Messages per claim (1 to the database's settings.max_batch_items, 1000 by default).",
+    help="Messages per claim; at most the database's settings.max_batch_items (1000 by "
+    "default), to which a larger one is lowered.",
 )
 @click.option(
     "--concurrency",

@@ -191,6 +191,9 @@ class Relay:
         # (dead_at, message_id) of the last message this relay's claims marked dead, logged
         self.deaths_after: tuple[Any, uuid.UUID] | None = None
         self.max_claims = 20  # settings.outbox_max_unreported_claims, read at start
+        # Messages per claim: --batch, lowered to settings.max_batch_items (read at start,
+        # and again when a claim is refused because the setting was lowered meanwhile).
+        self.batch = config.batch
         self.swept_at = -SWEEP_EVERY  # the first sweep runs at the first chance
         self.sweep_after: tuple[uuid.UUID | None, str | None] = (None, None)
 
@@ -222,11 +225,13 @@ class Relay:
         if self.config.handle_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.stop)
-        self.conn = await self.connect()
-        pooled = await self._startup_checks(self.conn)
-        await self.sink.open()
         listener: asyncio.Task[None] | None = None
+        started = False  # connected, checked and the sink open: there is a run to report
         try:
+            self.conn = await self.connect()
+            pooled = await self._startup_checks(self.conn)
+            await self.sink.open()
+            started = True
             window = await self._check_duplicate_window()
             if self.config.listen and not self.config.once:
                 if pooled:
@@ -245,7 +250,7 @@ class Relay:
                 "relay started",
                 relay=self.config.name,
                 sink=self.sink.url,
-                batch=self.config.batch,
+                batch=self.batch,
                 concurrency=self.config.concurrency,
                 lease_s=self.config.lease.total_seconds(),
                 once=self.config.once,
@@ -258,15 +263,17 @@ class Relay:
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await listener
-            with contextlib.suppress(psycopg.Error, OSError, DatabaseTimeout):
-                await self._log_claim_deaths()
-            await self.sink.close()
+            if started:
+                with contextlib.suppress(psycopg.Error, OSError, DatabaseTimeout):
+                    await self._log_claim_deaths()
+                await self.sink.close()
             if self.conn is not None:
                 await self.conn.close()
             if self.config.handle_signals:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(signum)
-            log(self.logger, logging.INFO, "relay stopped", **self.stats.as_dict())
+            if started:
+                log(self.logger, logging.INFO, "relay stopped", **self.stats.as_dict())
         return self.stats
 
     async def _startup_checks(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> bool:
@@ -309,13 +316,22 @@ class Relay:
         limits = await cur.fetchone()
         assert limits is not None
         self.max_claims = int(limits["max_claims"])
-        if self.config.batch > int(limits["max_batch"]):
-            raise AgentkeelError(
-                f"--batch {self.config.batch} is more than a claim may take here: "
-                f"settings.max_batch_items is {limits['max_batch']}",
-                ExitCode.USAGE,
-            )
+        self._fit_batch(int(limits["max_batch"]))
         return pooled
+
+    def _fit_batch(self, most: int) -> None:
+        """Claim at most settings.max_batch_items messages at once, saying so when that is
+        fewer than --batch asks for."""
+        fitted = min(self.config.batch, most)
+        if fitted != self.batch:
+            log(
+                self.logger,
+                logging.WARNING,
+                "batch lowered to settings.max_batch_items",
+                requested=self.config.batch,
+                batch=fitted,
+            )
+        self.batch = fitted
 
     async def _check_duplicate_window(self) -> float | None:
         """The sink's duplicate window (JetStream), checked against the re-deliveries the
@@ -349,7 +365,7 @@ class Relay:
 
     def _warn_slow_batches(self) -> None:
         timeout = getattr(self.sink, "timeout", None)
-        rounds = -(-self.config.batch // self.config.concurrency)
+        rounds = -(-self.batch // self.config.concurrency)
         if timeout is not None and rounds * timeout >= self.config.lease.total_seconds():
             log(
                 self.logger,
@@ -586,10 +602,21 @@ class Relay:
 
     async def claim(self) -> list[Message]:
         assert self.conn is not None
-        cur = await self.conn.execute(
-            CLAIM,
-            (self.config.name, self.config.batch, self.config.lease, self.config.topic_prefix),
-        )
+        try:
+            cur = await self.conn.execute(
+                CLAIM, (self.config.name, self.batch, self.config.lease, self.config.topic_prefix)
+            )
+        except psycopg.Error as error:
+            if error.sqlstate != "22K01" or "a claim takes" not in str(error):
+                raise
+            # settings.max_batch_items was lowered while this relay ran: fit, claim again.
+            cur = await self.conn.execute(MAX_CLAIMS)
+            limits = await cur.fetchone()
+            assert limits is not None
+            self._fit_batch(int(limits["max_batch"]))
+            cur = await self.conn.execute(
+                CLAIM, (self.config.name, self.batch, self.config.lease, self.config.topic_prefix)
+            )
         return [Message.from_row(row) for row in await cur.fetchall()]
 
     async def cycle(self) -> int:
