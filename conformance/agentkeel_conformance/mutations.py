@@ -5,9 +5,11 @@ conformance test's docstring ends with the mutation that fails it (`Mutation: <n
 why none applies (tests/test_conformance_docstrings.py). The project's tests install each
 one in a database of its own and run the suite (tests/test_conformance_cli.py).
 
-Beside these, `guards()` finds every `raise exception` of the SQL API and `disabled()`
-turns one into a no-op: generated mutants, one per guard, which tests/mutants.py runs
-on demand and reports the survivors of (a guard no test notices is missing).
+Beside these, `guards()` finds every `raise exception` of the SQL API, and every call of
+a guard function (`perform keel.require_tenant(...)`, `assert_lease`, `check_payload`, ...),
+and `disabled()` turns one into a no-op: generated mutants, one per guard, which
+tests/test_mutants.py runs on demand and reports the survivors of (a guard no test
+notices is missing).
 """
 
 from __future__ import annotations
@@ -506,22 +508,28 @@ BY_NAME = {m.name: m for m in MUTATIONS}
 # -- generated mutants: each guard of the SQL API disabled in turn -----------------------
 
 RAISE = re.compile(r"\braise\s+exception\b", re.IGNORECASE)
+# A call of a function that is all guard (it raises or returns nothing): deleting the call
+# disables the guard at that call site alone, which disabling its raise cannot show.
+GUARD_CALL = re.compile(r"\bperform\s+keel\.((?:assert|check|refuse|require)_\w+)\s*\(")
 ERRCODE = re.compile(r"errcode\s*=\s*'([0-9A-Z]{5})'", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Guard:
-    """One `raise exception ...;` statement of a function file."""
+    """One `raise exception ...;` statement of a function file, or one `perform keel.<guard
+    function>(...);` call (then `calls` names the function)."""
 
     path: Path
     start: int  # offsets of the statement in the file's text, the ';' included
     end: int
     line: int
     sqlstate: str | None
+    calls: str | None = None
+    text: str = ""  # the file's text the offsets are in
 
     @property
     def name(self) -> str:
-        return f"{self.path.name}:{self.line} {self.sqlstate or '?'}"
+        return f"{self.path.name}:{self.line} {self.calls or self.sqlstate or '?'}"
 
 
 def _statement_end(text: str, start: int) -> int:
@@ -549,28 +557,25 @@ def _statement_end(text: str, start: int) -> int:
 
 
 def guards(path: Path) -> list[Guard]:
-    """Every `raise exception` statement of a function file, in order."""
+    """Every `raise exception` statement and every call of a guard function in a function
+    file, in the order they appear."""
     text = path.read_text(encoding="utf-8")
     found = []
-    for match in RAISE.finditer(text):
-        line_start = text.rfind("\n", 0, match.start()) + 1
-        if text[line_start : match.start()].lstrip().startswith("--"):
-            continue  # in a comment
-        end = _statement_end(text, match.start())
-        code = ERRCODE.search(text, match.start(), end)
-        found.append(
-            Guard(
-                path,
-                match.start(),
-                end,
-                text.count("\n", 0, match.start()) + 1,
-                code[1] if code else None,
+    for pattern in (RAISE, GUARD_CALL):
+        for match in pattern.finditer(text):
+            line_start = text.rfind("\n", 0, match.start()) + 1
+            if "--" in text[line_start : match.start()]:
+                continue  # in a comment (or after one on its line)
+            end = _statement_end(text, match.start())
+            code = ERRCODE.search(text, match.start(), end) if pattern is RAISE else None
+            line = text.count("\n", 0, match.start()) + 1
+            calls = match[1] if pattern is GUARD_CALL else None
+            found.append(
+                Guard(path, match.start(), end, line, code[1] if code else None, calls, text)
             )
-        )
-    return found
+    return sorted(found, key=lambda g: g.start)
 
 
 def disabled(guard: Guard) -> str:
-    """The file's text with that one guard replaced by a no-op (`null;`)."""
-    text = guard.path.read_text(encoding="utf-8")
-    return text[: guard.start] + "null;" + text[guard.end :]
+    """The file's text, as guards() read it, with that one guard replaced by a no-op."""
+    return guard.text[: guard.start] + "null;" + guard.text[guard.end :]
