@@ -23,7 +23,7 @@ class ProgressLines:
         self.every = every
         self.total: int | None = None
         self.done = 0
-        self.failed = 0
+        self.failed: set[str] = set()  # node ids: a test failing in call and teardown once
         self.started = time.monotonic()
         self.said = self.started
 
@@ -37,7 +37,7 @@ class ProgressLines:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.failed:
-            self.failed += 1
+            self.failed.add(report.nodeid)
         if report.when != "teardown":
             return
         self.done += 1
@@ -52,14 +52,15 @@ class ProgressLines:
         # On a line of its own: the dots before it do not end theirs.
         reporter.write(
             f"\nprogress: {self.done} of {self.total if self.total is not None else '?'} "
-            f"tests, {self.failed} failed, {minutes}:{seconds:02d} elapsed\n"
+            f"tests, {len(self.failed)} failed, {minutes}:{seconds:02d} elapsed\n"
         )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
         return
-    if sys.stdout.isatty() and not os.environ.get("CI"):
+    in_ci = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+    if sys.stdout.isatty() and not in_ci:
         return
-    every = float(os.environ.get(ENV, "60"))
+    every = float(os.environ.get(ENV) or "60")
     config.pluginmanager.register(ProgressLines(config, every), "agentkeel-progress-lines")

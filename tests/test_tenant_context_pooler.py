@@ -203,3 +203,13 @@ def test_a_direct_connection_keeps_prepared_statements(migrated_db, logins, tena
         assert keel.pooled is False and conn.prepare_threshold == 5
         prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()
         assert prepared is not None and prepared[0] >= 1
+
+
+def test_a_client_told_the_pooler_keeps_prepared_statements_does_not_check(
+    one_backend, logins, tenant_task
+):
+    tenant, task, _ = tenant_task
+    with psycopg.connect(one_backend(logins["app"]), autocommit=True) as conn:
+        keel = Keel(conn, detect_pooler=False)
+        keel.get_task(tenant, task)
+        assert keel.pooled is None and conn.prepare_threshold == 5

@@ -109,11 +109,10 @@ def run_suite(command: list[str], env: dict[str, str]) -> tuple[int, str | None]
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if received:  # stopped before pytest started: nothing to start or tear down
+            return 2, signal.Signals(received[0]).name
         proc = subprocess.Popen(command, env=env, process_group=0)
         procs.append(proc)
-        if received:  # a signal that came while pytest was being started
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGINT)
         deadline: float | None = None
         while True:
             if received and deadline is None:

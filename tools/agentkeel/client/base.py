@@ -35,6 +35,8 @@ class KeelBase:
     backend is missing on the next, or another client's of the same name is run. So the
     first call checks whether the connection goes through a pooler (agentkeel.pooler)
     and, if it does, turns prepared statements off on it (``prepare_threshold = None``).
+    ``detect_pooler=False`` skips that: for a pooler that keeps prepared statements
+    (PgBouncer 1.21+ with max_prepared_statements, or session mode).
     """
 
     def __init__(
@@ -42,15 +44,17 @@ class KeelBase:
         conn: psycopg.Connection,
         tenant_token: str | None = None,
         key_provider: KeyProvider | None = None,
+        detect_pooler: bool = True,
     ) -> None:
         self.conn = conn
         self.tenant_token = tenant_token
         self.key_provider = key_provider
+        self.detect_pooler = detect_pooler
         self.pooled: bool | None = None  # None: not checked yet (the first call does)
 
     def _check_pooler(self, conn: psycopg.Connection) -> None:
         """Once, before the first call: through a pooler, no prepared statements."""
-        if self.pooled is not None:
+        if self.pooled is not None or not self.detect_pooler:
             return
         self.pooled = is_pooled(conn)
         if self.pooled:
