@@ -23,9 +23,7 @@ from agentkeel.check import (
 from agentkeel.console import make_console
 from agentkeel.embedded import EmbeddedError, PostgresNotFound
 from agentkeel.exitcodes import AgentkeelError, ExitCode, lookup
-from agentkeel.migrate import (
-    MigrationError,
-)
+from agentkeel.migrate import MigrationError
 from agentkeel.preflight import check_dsn, first_line
 
 out = make_console()
