@@ -28,7 +28,7 @@ def test_up_applies_everything_once_and_then_has_nothing_to_do(db):
     first = run_agentkeel("migrate", "up", "--dsn", db)
     assert first.returncode == 0, first.stderr
     sources = load_sources(sql_root())
-    assert f"{len(sources)} applied" in first.stdout
+    assert f"{len(sources)} files applied" in first.stdout
     assert history(db) == {m.name: m.checksum for m in sources}
     second = run_agentkeel("migrate", "up", "--dsn", db)
     assert second.returncode == 0, second.stderr
