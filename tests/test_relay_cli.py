@@ -113,6 +113,8 @@ def test_the_relay_claims_at_most_the_databases_batch_limit(migrated_db, tmp_pat
         for line in relay.stderr:
             if '"event": "relay started"' in line:
                 break
+        else:
+            pytest.fail("the relay ended without starting")
         with psycopg.connect(migrated_db, autocommit=True) as conn:
             conn.execute("update keel.settings set value = '2' where setting = 'max_batch_items'")
         sent = box.commit("batch.lowered", [{"n": n} for n in range(6)])

@@ -524,8 +524,8 @@ class Guard:
     end: int
     line: int
     sqlstate: str | None
+    text: str  # the file's text the offsets are in
     calls: str | None = None
-    text: str = ""  # the file's text the offsets are in
 
     @property
     def name(self) -> str:
@@ -571,7 +571,7 @@ def guards(path: Path) -> list[Guard]:
             line = text.count("\n", 0, match.start()) + 1
             calls = match[1] if pattern is GUARD_CALL else None
             found.append(
-                Guard(path, match.start(), end, line, code[1] if code else None, calls, text)
+                Guard(path, match.start(), end, line, code[1] if code else None, text, calls)
             )
     return sorted(found, key=lambda g: g.start)
 

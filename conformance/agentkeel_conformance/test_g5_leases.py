@@ -216,6 +216,16 @@ def test_concurrent_batch_claimers_never_share_a_task(connect, workflow, new_tas
     assert tasks <= set(claimed)
 
 
+def claim_both(conn: psycopg.Connection, workflow: Any, a: Any, b: Any) -> None:
+    """In the open transaction, claim the due tasks of tenants a and b: after it the
+    transaction acts for neither."""
+    got = conn.execute(
+        "select tenant_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
+        (workflow.name,),
+    ).fetchall()
+    assert {r[0] for r in got} == {a, b}
+
+
 @pytest.mark.guarantee("G1")
 @pytest.mark.parametrize(
     "then",
@@ -237,11 +247,7 @@ def test_a_transaction_that_acts_for_none_can_take_no_more_tasks(
         creator.create_task(tenant, workflow.name, workflow.version)
     conn = suite_connect(login_role("keel_worker").dsn, autocommit=True)
     with pytest.raises(psycopg.Error) as info, conn.transaction():
-        got = conn.execute(
-            "select tenant_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
-            (workflow.name,),
-        ).fetchall()
-        assert {r[0] for r in got} == {a, b}
+        claim_both(conn, workflow, a, b)
         conn.execute(then)
     conn.close()
     assert info.value.sqlstate == "42K06", info.value
@@ -269,11 +275,7 @@ def test_a_claim_keeps_one_tenant_per_transaction(connect, make_tenant, workflow
         assert conn.execute("select keel.current_tenant()").fetchone() == (a,)
     creator.release_lease(a, a_task.task_id, 1)
     with pytest.raises(psycopg.Error) as info, conn.transaction():
-        got = conn.execute(
-            "select tenant_id from keel.claim_next_tasks('w', 5, '1 minute', %s)",
-            (workflow.name,),
-        ).fetchall()
-        assert {r[0] for r in got} == {a, b}
+        claim_both(conn, workflow, a, b)
         assert conn.execute("select count(*) from keel.tasks").fetchone() == (0,)
         conn.execute("select * from keel.get_task(%s, %s)", (b, b_task.task_id))
     conn.close()
