@@ -23,13 +23,11 @@ as $$
 #variable_conflict use_column
 declare
     v_now timestamptz := clock_timestamp();
-    v_actor text := session_user;  -- the login, whatever role the function runs as
     v_key text;
     v_task keel.tasks;
     v_op keel.operations;
     v_last keel.step_attempts;
     v_reservation record;
-    v_seq bigint;
 begin
     perform keel.require_tenant(p_tenant_id);
     if p_task_id is null then
@@ -64,24 +62,8 @@ begin
             return;
         end if;
         if v_op.state = 'reserved' and v_op.reserved_fencing_token < p_fencing_token then
-            -- Its worker lost the lease before closing the attempt: the new lease holder
-            -- closes it as a retryable failure, by the one finishing path, and opens the next.
-            perform keel.finish_operation(
-                p_tenant_id, v_op.operation_id, p_fencing_token, 'retryable', null,
-                jsonb_build_object(
-                    'reason', 'abandoned',
-                    'detail', format(
-                        'attempt %s was opened under lease token %s, which was lost',
-                        v_op.attempts, v_op.reserved_fencing_token
-                    )
-                ),
-                null
-            );
-            update keel.step_attempts as a
-            set status = 'abandoned', finished_at = v_now
-            where a.tenant_id = p_tenant_id and a.task_id = p_task_id
-                and a.step_key = p_step_key and a.attempt = v_last.attempt
-                and a.status = 'running';
+            -- Its worker lost the lease before closing the attempt: closed, the next opens.
+            perform keel.abandon_step_attempt(v_op, p_step_key, v_last.attempt, p_fencing_token, v_now);
         end if;
     end if;
 
@@ -95,24 +77,18 @@ begin
     if v_reservation.outcome = 'succeeded' then
         -- G8: reused, not run again, and recorded. An event that is not a state change:
         -- it takes the next seq but leaves state and state_version as they are.
-        v_seq := v_task.last_event_seq + 1;
         update keel.tasks as t
-        set last_event_seq = v_seq, updated_at = v_now
-        where t.tenant_id = p_tenant_id and t.task_id = p_task_id;
-        insert into keel.task_events (
-            tenant_id, task_id, seq, event_type, from_state, to_state, state_version, actor,
-            fencing_token, payload, trace_id, span_id, created_at
-        )
-        values (
-            p_tenant_id, p_task_id, v_seq, 'STEP_RESULT_REUSED', v_task.state, v_task.state,
-            v_task.state_version, v_actor, p_fencing_token,
+        set last_event_seq = v_task.last_event_seq + 1, updated_at = v_now
+        where t.tenant_id = p_tenant_id and t.task_id = p_task_id
+        returning t.* into v_task;
+        perform keel.append_event(
+            v_task, 'STEP_RESULT_REUSED', v_task.state, v_now, p_fencing_token,
             jsonb_build_object(
                 'step_key', p_step_key,
                 'input_hash', p_input_hash,
                 'operation_id', v_reservation.operation_id,
                 'attempts', v_reservation.attempts
-            ),
-            v_task.trace_id, v_task.span_id, v_now
+            )
         );
         return query select
             'reused'::text, v_reservation.operation_id, v_reservation.attempts,

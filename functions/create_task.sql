@@ -19,7 +19,6 @@ as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_task_id uuid := coalesce(p_task_id, keel.uuid_v7());
-    v_actor text := session_user;  -- the login, whatever role the function runs as
     v_wake_at timestamptz;
     v_initial_state text;
     v_terminal boolean;
@@ -66,14 +65,7 @@ begin
     )
     returning * into v_task;
 
-    insert into keel.task_events (
-        tenant_id, task_id, seq, event_type, from_state, to_state, state_version,
-        actor, claimed_actor, trace_id, span_id, created_at
-    )
-    values (
-        p_tenant_id, v_task_id, 1, 'created', null, v_initial_state, 1,
-        v_actor, p_actor, p_trace_id, p_span_id, v_now
-    );
+    perform keel.append_event(v_task, 'created', null, v_now, p_claimed_actor => p_actor);
     return v_task;
 end;
 $$;

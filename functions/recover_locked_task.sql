@@ -20,7 +20,6 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_actor text := session_user;  -- the login, whatever role the function runs as
     v_failed_state text;
     v_exhausted boolean := p_task.recovery_attempts >= p_max_attempts;
     v_to_state text := p_task.state;
@@ -66,13 +65,8 @@ begin
     where t.tenant_id = p_task.tenant_id and t.task_id = p_task.task_id
     returning t.* into v_task;
 
-    insert into keel.task_events (
-        tenant_id, task_id, seq, event_type, from_state, to_state, state_version, actor,
-        claimed_actor, fencing_token, payload, trace_id, span_id, created_at
-    )
-    values (
-        p_task.tenant_id, p_task.task_id, v_seq, v_event_type, p_task.state, v_to_state,
-        v_next_version, v_actor, p_actor, v_task.fencing_token,
+    perform keel.append_event(
+        v_task, v_event_type, p_task.state, p_now, v_task.fencing_token,
         jsonb_build_object(
             'previous_owner', p_task.lease_owner,
             'previous_fencing_token', p_task.fencing_token,
@@ -80,7 +74,7 @@ begin
             'recovery_attempts', v_attempts,
             'max_recovery_attempts', p_max_attempts
         ),
-        p_task.trace_id, p_task.span_id, p_now
+        p_actor
     );
     return v_task;
 end;

@@ -40,36 +40,11 @@ declare
     v_op keel.operations;
     v_outcome text;
     v_attempts integer;
-    v_differs text[];
 begin
     perform keel.require_tenant(p_tenant_id);
-    if p_idempotency_key is null or char_length(p_idempotency_key) not between 1 and 255 then
-        raise exception using
-            errcode = '22K01',
-            message = 'idempotency key must be 1 to 255 characters';
-    end if;
-    if p_action is null or char_length(p_action) not between 1 and 200 then
-        raise exception using errcode = '22K01', message = 'action must be 1 to 200 characters';
-    end if;
-    -- The durable steps' key space (keel.step_operation_key): a step's key is reserved
-    -- only for its own task, under that task's lease, so nobody without the lease can
-    -- take a step's key first and keep the step from ever running.
-    if starts_with(p_idempotency_key, 'step:')
-        and (
-            p_task_id is null or p_fencing_token is null
-            or split_part(p_idempotency_key, ':', 2) is distinct from p_task_id::text
-        ) then
-        raise exception using
-            errcode = '22K01',
-            message = 'idempotency keys beginning with step: belong to the durable steps of the task they name',
-            hint = 'Use keel.begin_step for a step, or another key for an operation.';
-    end if;
-    if p_input_hash is null or char_length(p_input_hash) not between 1 and 128 then
-        raise exception using
-            errcode = '22K01',
-            message = 'input hash must be 1 to 128 characters',
-            hint = 'Pass a digest of the operation input, e.g. the sha256 hex of its canonical JSON.';
-    end if;
+    perform keel.check_operation_request(
+        p_idempotency_key, p_action, p_input_hash, p_task_id, p_fencing_token
+    );
     v_expires := keel.interval_end('retention', p_retention, v_now, interval '10 years');
 
     if p_task_id is not null then
@@ -114,28 +89,7 @@ begin
                 hint = 'Retry the transaction.';
         end if;
 
-        if v_op.input_hash <> p_input_hash then
-            v_differs := v_differs || 'input_hash'::text;
-        end if;
-        if v_op.action <> p_action then
-            v_differs := v_differs || 'action'::text;
-        end if;
-        if v_op.task_id is distinct from p_task_id then
-            v_differs := v_differs || 'task_id'::text;
-        end if;
-        if v_differs is not null then
-            raise exception using
-                errcode = '23K01',
-                message = format(
-                    'idempotency key %s was already used for a different operation',
-                    p_idempotency_key
-                ),
-                detail = format(
-                    'Stored operation %s differs in: %s. It was left unchanged.',
-                    v_op.operation_id, array_to_string(v_differs, ', ')
-                ),
-                hint = 'Use a new idempotency key for new input; replay a key only with the exact same input.';
-        end if;
+        perform keel.check_operation_replay(v_op, p_action, p_input_hash, p_task_id);
 
         if v_op.state = 'retryable' then
             v_attempts := v_op.attempts + 1;

@@ -22,10 +22,7 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_held boolean;
-    v_max_messages integer;
     v_now timestamptz := clock_timestamp();
-    v_actor text := session_user;  -- the login, whatever role the function runs as
     v_task keel.tasks;
     v_from_state text;
     v_next_version bigint;
@@ -34,7 +31,6 @@ declare
     v_keep_lease boolean;
     v_wake_at timestamptz;
     v_message jsonb;
-    v_position integer;
 begin
     perform keel.require_tenant(p_tenant_id);
     if p_expected_version is null or p_to_state is null then
@@ -45,35 +41,7 @@ begin
     if p_payload is null or jsonb_typeof(p_payload) <> 'object' then
         raise exception using errcode = '22K01', message = 'event payload must be a jsonb object';
     end if;
-    if p_outbox is null or jsonb_typeof(p_outbox) <> 'array' then
-        raise exception using
-            errcode = '22K01',
-            message = 'outbox must be a jsonb array of messages';
-    end if;
-    select s.value::integer into v_max_messages
-    from keel.settings as s
-    where s.setting = 'max_transition_messages';
-    v_max_messages := coalesce(v_max_messages, 1000);
-    if jsonb_array_length(p_outbox) > v_max_messages then
-        raise exception using
-            errcode = '22K02',
-            message = format(
-                'a transition writes at most %s outbox messages, not %s',
-                v_max_messages, jsonb_array_length(p_outbox)
-            ),
-            hint = 'Split the work over several transitions; settings.max_transition_messages sets the limit.';
-    end if;
-    for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
-        if jsonb_typeof(v_message) <> 'object'
-            or jsonb_typeof(v_message -> 'topic') is distinct from 'string'
-            or (v_message ? 'key' and jsonb_typeof(v_message -> 'key') <> 'string')
-            or (v_message ? 'headers' and jsonb_typeof(v_message -> 'headers') <> 'object') then
-            raise exception using
-                errcode = '22K01',
-                message = 'each outbox message must be an object with a string "topic"',
-                detail = 'Optional members: "key" (string), "payload" (any json), "headers" (object).';
-        end if;
-    end loop;
+    perform keel.check_outbox_messages(p_outbox);
     v_wake_at := keel.check_wake_at(p_wake_at, v_now);
 
     v_task := keel.lock_task(p_tenant_id, p_task_id);
@@ -96,25 +64,7 @@ begin
             hint = 'Another writer moved the task first. Re-read it and decide again.';
     end if;
 
-    select s.terminal into v_terminal
-    from keel.workflow_transitions as w
-    inner join keel.workflow_states as s
-        on s.workflow = w.workflow
-        and s.workflow_version = w.workflow_version
-        and s.state = w.to_state
-    where w.workflow = v_task.workflow
-        and w.workflow_version = v_task.workflow_version
-        and w.from_state = v_task.state
-        and w.to_state = p_to_state;
-    if not found then
-        raise exception using
-            errcode = '55K02',
-            message = format('illegal transition %s -> %s', v_task.state, p_to_state),
-            detail = format(
-                'Workflow %s version %s has no such edge.', v_task.workflow, v_task.workflow_version
-            ),
-            hint = 'See keel.workflow_transitions for the legal edges.';
-    end if;
+    v_terminal := keel.check_edge(v_task, p_to_state);
 
     -- The payload checks walk the values: only once the cheap refusals (no such task, a
     -- lost lease, a stale version, no such edge) have had their say, so a batch of large
@@ -149,53 +99,11 @@ begin
     where t.tenant_id = p_tenant_id and t.task_id = p_task_id
     returning t.* into v_task;
 
-    insert into keel.task_events (
-        tenant_id, task_id, seq, event_type, from_state, to_state, state_version, actor,
-        claimed_actor, policy_version, fencing_token, payload, trace_id, span_id, created_at
-    )
-    values (
-        p_tenant_id, p_task_id, v_seq, p_event_type, v_from_state, p_to_state, v_next_version,
-        v_actor, p_actor, p_policy_version, p_fencing_token, p_payload, v_task.trace_id,
-        v_task.span_id, v_now
+    perform keel.append_event(
+        v_task, p_event_type, v_from_state, v_now, p_fencing_token, p_payload, p_actor,
+        p_policy_version
     );
-
-    -- One single-row insert per message: an INSERT ... SELECT into a distributed table
-    -- is shipped with COPY on Citus, which row-level security refuses.
-    v_position := 0;
-    for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
-        v_position := v_position + 1;
-        -- A keyed message waits, held out of the claim index, behind a pending message of
-        -- its key that this statement sees (this call's earlier ones too). No lock: a
-        -- head retired meanwhile is caught by the relay's sweep (keel.promote_outbox_heads).
-        -- Not in a SERIALIZABLE transaction, where the read would make two writers of one
-        -- key abort each other (40001): there the message is left claimable, and the
-        -- claim's per-key check orders it as before. Decided before the INSERT: Citus
-        -- evaluates a function in VALUES on the coordinator.
-        v_held := false;
-        if v_message ->> 'key' is not null
-            and current_setting('transaction_isolation') <> 'serializable' then
-            v_held := exists (
-                select 1
-                from keel.outbox as e
-                where e.tenant_id = p_tenant_id
-                    and e.message_key = v_message ->> 'key'
-                    and e.state = 'pending'
-            );
-        end if;
-        insert into keel.outbox (
-            tenant_id, task_id, event_seq, position, topic, message_key, payload, headers,
-            available_at, created_at, held
-        )
-        values (
-            p_tenant_id, p_task_id, v_seq, v_position, v_message ->> 'topic',
-            v_message ->> 'key', coalesce(v_message -> 'payload', 'null'::jsonb),
-            coalesce(v_message -> 'headers', '{}'::jsonb), v_now, v_now, v_held
-        );
-    end loop;
-    if v_position > 0 then
-        -- A wake-up hint for relays (sent at commit, if any); they poll too.
-        perform pg_notify('keel_outbox', '');
-    end if;
+    perform keel.write_outbox(v_task, p_outbox, v_now);
 
     return v_task;
 end;

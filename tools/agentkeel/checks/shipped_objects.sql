@@ -5,8 +5,10 @@
 with shipped (kind, identity) as (
     values
     -- agentkeel:shipped (generated from a fresh install by `python -m agentkeel.shipped`)
+    ('function', 'keel.abandon_step_attempt(keel.operations,text,integer,bigint,timestamp with time zone)'),
     ('function', 'keel.ack_outbox(uuid,uuid,bigint)'),
     ('function', 'keel.add_tenant_data_key(uuid,bytea,text)'),
+    ('function', 'keel.append_event(keel.tasks,text,text,timestamp with time zone,bigint,jsonb,text,text)'),
     ('function', 'keel.applied_migrations()'),
     ('function', 'keel.assert_lease(keel.tasks,bigint,timestamp with time zone)'),
     ('function', 'keel.assert_outbox_claim(keel.outbox,bigint)'),
@@ -14,7 +16,11 @@ with shipped (kind, identity) as (
     ('function', 'keel.bind_tenant_context()'),
     ('function', 'keel.check_batch(jsonb,text[])'),
     ('function', 'keel.check_claim_limit(integer)'),
+    ('function', 'keel.check_edge(keel.tasks,text)'),
     ('function', 'keel.check_lease_request(text,interval,timestamp with time zone)'),
+    ('function', 'keel.check_operation_replay(keel.operations,text,text,uuid)'),
+    ('function', 'keel.check_operation_request(text,text,text,uuid,bigint)'),
+    ('function', 'keel.check_outbox_messages(jsonb)'),
     ('function', 'keel.check_payload(text,jsonb,text)'),
     ('function', 'keel.check_wake_at(timestamp with time zone,timestamp with time zone)'),
     ('function', 'keel.claim_due_message(uuid,uuid,text,interval,text)'),
@@ -90,6 +96,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.save_session(uuid,text,jsonb,text,uuid,bigint)'),
     ('function', 'keel.set_claim_scan(boolean)'),
     ('function', 'keel.set_tenant_context(uuid)'),
+    ('function', 'keel.step_key_prefix(uuid)'),
     ('function', 'keel.step_operation_key(uuid,text)'),
     ('function', 'keel.task_history(uuid,uuid,bigint,integer)'),
     ('function', 'keel.tenant_data_key(uuid,integer)'),
@@ -104,6 +111,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.verify_tenant_token(text)'),
     ('function', 'keel.watchdog(boolean)'),
     ('function', 'keel.watchdog_caps()'),
+    ('function', 'keel.write_outbox(keel.tasks,jsonb,timestamp with time zone)'),
     ('index', 'keel.checkpoint_payloads_pkey'),
     ('index', 'keel.checkpoints_pkey'),
     ('index', 'keel.checkpoints_task_seq_key'),
