@@ -18,6 +18,7 @@ from agentkeel_conformance.interleave import (
     load_specs,
     parse_spec,
 )
+from agentkeel_conformance.mutations import BY_NAME
 from conftest import REPO
 
 TWO_SESSIONS = """
@@ -98,9 +99,8 @@ def test_a_high_water_mark_reader_is_caught_skipping_a_message(runner):
 
 
 def test_a_reserve_without_the_hash_comparison_is_caught(runner, migrated_db):
-    source = (REPO / "functions" / "reserve_operation.sql").read_text()
-    broken, count = re.subn(r"if v_differs is not null then.*?end if;", "", source, flags=re.DOTALL)
-    assert count == 1
+    mutation = BY_NAME["hash_unchecked"]
+    broken = mutation.apply((REPO / mutation.path).read_text())
     with psycopg.connect(migrated_db, autocommit=True) as conn:
         conn.execute(broken.encode())
     spec = spec_named("reserve_different_input")

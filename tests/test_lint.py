@@ -461,12 +461,12 @@ def test_an_insert_select_from_a_colocated_table_of_one_tenant_passes(tmp_path):
 
 
 def test_the_shipped_outbox_rows_are_single_row_inserts():
-    """CITUS.md rule 28: transition_task writes each outbox message with its own
+    """CITUS.md rule 28: a transition's outbox messages are written each with its own
     INSERT ... VALUES; an INSERT ... SELECT from jsonb_array_elements (what failed on the
     cluster) would be flagged by citus.insert_select, as the fixture above shows."""
     findings = lint([REPO / "schema", REPO / "functions", REPO / "policies"], REPO, tools=False)
     assert findings == []
-    text = (REPO / "functions" / "transition_task.sql").read_text()
+    text = (REPO / "functions" / "write_outbox.sql").read_text()
     insert = text.index("insert into keel.outbox")
     assert "values (" in text[insert : text.index(";", insert)]
 

@@ -4,12 +4,13 @@ the tenant context first; a pooler detected on the first call turns prepared sta
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 from agentkeel.checkpoints import KeyProvider
 from agentkeel.client.calls import (
@@ -95,23 +96,10 @@ class KeelBase:
         args: Mapping[str, Any],
         optional: Mapping[str, Any] | None = None,
     ) -> list[T]:
-        """select * from keel.<function>(p_name => value, ...); optional args only when not None."""
-        if "tenant_id" in args and args["tenant_id"] is None:
-            # Refused here, not sent: Citus 13.2 crashes the coordinator on a NULL
-            # distribution argument (docs/citus.md); the database would say the same.
-            raise InvalidArgument("a tenant id (not the nil uuid) is required")
-        named = dict(args)
-        named.update({k: v for k, v in (optional or {}).items() if v is not None})
-        query = sql.SQL("select * from keel.{}({})").format(
-            sql.Identifier(function),
-            sql.SQL(", ").join(
-                sql.SQL("{} => {}").format(sql.Identifier(f"p_{name}"), sql.Placeholder())
-                for name in named
-            ),
-        )
+        """select * from keel.<function>(p_name => value, ...), each row as a cls built from
+        the columns it declares, by name; optional args only when not None."""
         with self.call_in(tenant_id) as conn:
-            cur = conn.cursor(row_factory=dataclass_row(cls))
-            return cur.execute(query, [adapt(v) for v in named.values()]).fetchall()
+            return run(conn, function, dataclass_row(cls), args, optional)
 
     def _one(
         self,
@@ -122,3 +110,59 @@ class KeelBase:
         optional: Mapping[str, Any] | None = None,
     ) -> T:
         return self._call(function, cls, tenant_id, args, optional)[0]
+
+    def _records(
+        self,
+        function: str,
+        tenant_id: uuid.UUID | None,
+        args: Mapping[str, Any],
+        optional: Mapping[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The rows of keel.<function>(...) as dicts, by column name."""
+        with self.call_in(tenant_id) as conn:
+            return run(conn, function, dict_row, args, optional)
+
+    def _value(
+        self,
+        function: str,
+        tenant_id: uuid.UUID | None,
+        args: Mapping[str, Any],
+        optional: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """What a function returning one value (or void) returned."""
+        with self.call_in(tenant_id) as conn:
+            return run(conn, function, None, args, optional)[0][0]
+
+
+def statement(function: str, names: Sequence[str], *, rows: bool) -> sql.Composed:
+    """select * from keel.<function>(p_name => %s, ...), or select keel.<function>(...) for a
+    function returning one value: the one way a call's text is built, arguments always by
+    name and as bind parameters."""
+    arguments = sql.SQL(", ").join(
+        sql.SQL("{} => {}").format(sql.Identifier(f"p_{name}"), sql.Placeholder()) for name in names
+    )
+    template = "select * from keel.{}({})" if rows else "select keel.{}({})"
+    return sql.SQL(template).format(sql.Identifier(function), arguments)
+
+
+def run(
+    conn: psycopg.Connection,
+    function: str,
+    row_factory: Any,
+    args: Mapping[str, Any],
+    optional: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """One call of keel.<function> on conn; with no row_factory, the tuples of
+    select keel.<function>(...). Optional args are named only when not None, so a call
+    also works against a schema whose function predates them."""
+    if "tenant_id" in args and args["tenant_id"] is None:
+        # Refused here, not sent: Citus 13.2 crashes the coordinator on a NULL
+        # distribution argument (docs/citus.md); the database would say the same.
+        raise InvalidArgument("a tenant id (not the nil uuid) is required")
+    named = dict(args)
+    named.update({k: v for k, v in (optional or {}).items() if v is not None})
+    query = statement(function, list(named), rows=row_factory is not None)
+    params = [adapt(v) for v in named.values()]
+    if row_factory is None:
+        return conn.execute(query, params).fetchall()
+    return conn.cursor(row_factory=row_factory).execute(query, params).fetchall()

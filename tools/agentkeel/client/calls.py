@@ -5,7 +5,7 @@ and parameters adapted (dicts and lists as jsonb)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timedelta
@@ -14,19 +14,18 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from agentkeel.client.rows import T
+from agentkeel.client.rows import BatchError, T
 from agentkeel.errors import translate
 
 
 def dataclass_row(cls: type[T]) -> Callable[[psycopg.Cursor[Any]], Callable[[Sequence[Any]], T]]:
     """A row factory building cls from the columns it declares (newer columns are ignored)."""
-    wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
 
     def factory(cursor: psycopg.Cursor[Any]) -> Callable[[Sequence[Any]], T]:
         names = [c.name for c in cursor.description or ()]
 
         def make(values: Sequence[Any]) -> T:
-            return cls(**{n: v for n, v in zip(names, values, strict=True) if n in wanted})
+            return row_to(cls, dict(zip(names, values, strict=True)))
 
         return make
 
@@ -73,7 +72,36 @@ def adapt_json(value: Any) -> Any:
     return value
 
 
+class Array(list[Any]):
+    """A list sent as a SQL array (text[], ...), where a plain list is sent as jsonb."""
+
+
 def adapt(value: Any) -> Any:
+    """A call's argument as a bind parameter: dicts and lists as jsonb, an Array as an array."""
+    if isinstance(value, Array):
+        return list(value)
     if isinstance(value, dict | list):
         return Jsonb(value)
     return value
+
+
+def batch(tenant_id: uuid.UUID, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The arguments of a batch function (keel.transition_tasks, keel.reserve_operations):
+    the tenant, and the items as a jsonb array of objects, each value as JSON."""
+    return {
+        "tenant_id": tenant_id,
+        "items": [{k: adapt_json(v) for k, v in item.items()} for item in items],
+    }
+
+
+def refusal(row: Mapping[str, Any]) -> BatchError | None:
+    """A batch row's refusal (refused_sqlstate, refused_message), or None if it succeeded."""
+    if not row["refused_sqlstate"]:
+        return None
+    return BatchError(row["refused_sqlstate"], row["refused_message"])
+
+
+def row_to(cls: type[T], row: Mapping[str, Any]) -> T:
+    """cls from the columns of a row (a dict) it declares, by name."""
+    wanted = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in row.items() if k in wanted})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import fields
 from datetime import timedelta
 
 from psycopg.rows import dict_row
@@ -21,7 +20,8 @@ from agentkeel.checkpoints import (
     unseal,
     uuid7,
 )
-from agentkeel.client.base import KeelBase
+from agentkeel.client.base import KeelBase, run
+from agentkeel.client.calls import row_to
 from agentkeel.client.rows import (
     Checkpoint,
     Json,
@@ -143,16 +143,25 @@ class LedgerCalls(KeelBase):
         """The tenant's active data key, unwrapped; a new one is made when it has none."""
         provider = self._provider()
         with self.transaction(tenant_id) as conn:
-            row = conn.execute("select * from keel.tenant_data_key(%s)", (tenant_id,)).fetchone()
-            if row is None:
+            rows = run(conn, "tenant_data_key", dict_row, {"tenant_id": tenant_id})
+            if not rows:
                 wrapped = provider.wrap(new_data_key(), data_key_context(tenant_id))
-                row = conn.execute(
-                    "select * from keel.add_tenant_data_key(%s, %s, %s)",
-                    (tenant_id, wrapped, provider.key_id),
-                ).fetchone()
-        assert row is not None
-        version, wrapped_key, wrapping_key_id = row
-        return version, self._unwrap(tenant_id, bytes(wrapped_key), wrapping_key_id, version)
+                rows = run(
+                    conn,
+                    "add_tenant_data_key",
+                    dict_row,
+                    {
+                        "tenant_id": tenant_id,
+                        "wrapped_key": wrapped,
+                        "wrapping_key_id": provider.key_id,
+                    },
+                )
+        key = rows[0]
+        version = int(key["key_version"])
+        unwrapped = self._unwrap(
+            tenant_id, bytes(key["wrapped_key"]), key["wrapping_key_id"], version
+        )
+        return version, unwrapped
 
     def save_checkpoint(
         self,
@@ -201,13 +210,15 @@ class LedgerCalls(KeelBase):
         """The newest valid checkpoint (status ok, not expired), decrypted, or None.
         Raises CheckpointUnreadable when it does not decrypt and DataKeyDestroyed (55K10)
         when its tenant's key was destroyed."""
-        with self.call_in(tenant_id) as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            row = cur.execute(
-                "select * from keel.latest_checkpoint(%s, %s, %s)", (tenant_id, task_id, kind)
-            ).fetchone()
-        if row is None:
+        rows = self._records(
+            "latest_checkpoint",
+            tenant_id,
+            {"tenant_id": tenant_id, "task_id": task_id},
+            {"kind": kind},
+        )
+        if not rows:
             return None
+        row = rows[0]
         version = int(row["key_version"])
         sealed = Sealed(version, bytes(row["nonce"]), bytes(row["ciphertext"]))
         if sealed.payload_hash != row["payload_hash"]:
@@ -219,11 +230,7 @@ class LedgerCalls(KeelBase):
         )
         context = payload_context(tenant_id, task_id, row["checkpoint_id"], version)
         payload = json.loads(unseal(data_key, sealed, context))
-        wanted = {f.name for f in fields(Checkpoint)}
-        checkpoint = Checkpoint(
-            tenant_id=tenant_id,
-            **{k: v for k, v in row.items() if k in wanted and k != "tenant_id"},
-        )
+        checkpoint = row_to(Checkpoint, {**row, "tenant_id": tenant_id})
         return LoadedCheckpoint(checkpoint, payload)
 
     def invalidate_checkpoint(
@@ -243,7 +250,4 @@ class LedgerCalls(KeelBase):
     def destroy_tenant_data_keys(self, tenant_id: uuid.UUID) -> int:
         """Owner only (G10): erase the tenant's wrapped data keys; its checkpoint payloads
         become unreadable. Returns how many key versions were destroyed."""
-        with self.call_in(tenant_id) as conn:
-            row = conn.execute("select keel.destroy_tenant_data_keys(%s)", (tenant_id,)).fetchone()
-        assert row is not None
-        return int(row[0])
+        return int(self._value("destroy_tenant_data_keys", tenant_id, {"tenant_id": tenant_id}))

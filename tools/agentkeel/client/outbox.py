@@ -35,8 +35,11 @@ class OutboxCalls(KeelBase):
         )
 
     def ack_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID, claim_token: int) -> None:
-        with self.call_in(None) as conn:
-            conn.execute("select keel.ack_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token))
+        self._value(
+            "ack_outbox",
+            None,
+            {"tenant_id": tenant_id, "message_id": message_id, "claim_token": claim_token},
+        )
 
     def nack_outbox(
         self,
@@ -61,10 +64,11 @@ class OutboxCalls(KeelBase):
         )
 
     def release_outbox(self, tenant_id: uuid.UUID, message_id: uuid.UUID, claim_token: int) -> None:
-        with self.call_in(None) as conn:
-            conn.execute(
-                "select keel.release_outbox(%s, %s, %s)", (tenant_id, message_id, claim_token)
-            )
+        self._value(
+            "release_outbox",
+            None,
+            {"tenant_id": tenant_id, "message_id": message_id, "claim_token": claim_token},
+        )
 
     def promote_outbox_heads(
         self,
@@ -138,8 +142,10 @@ class OutboxCalls(KeelBase):
     def inbox_accept(self, tenant_id: uuid.UUID, consumer: str, message_id: uuid.UUID) -> bool:
         """True the first time this consumer accepts the id, False for a duplicate. Call it
         inside the transaction that applies the effect (``with keel.transaction(tenant)``)."""
-        with self.call_in(tenant_id) as conn:
-            row = conn.execute(
-                "select keel.inbox_accept(%s, %s, %s)", (tenant_id, consumer, message_id)
-            ).fetchone()
-        return bool(row and row[0])
+        return bool(
+            self._value(
+                "inbox_accept",
+                tenant_id,
+                {"tenant_id": tenant_id, "consumer": consumer, "message_id": message_id},
+            )
+        )

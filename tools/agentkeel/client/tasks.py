@@ -10,9 +10,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from agentkeel.client.base import KeelBase
-from agentkeel.client.calls import adapt_json
+from agentkeel.client.calls import Array, batch, refusal, row_to
 from agentkeel.client.rows import (
-    BatchError,
     Json,
     Operation,
     Reservation,
@@ -37,13 +36,14 @@ class TaskCalls(KeelBase):
     ) -> str:
         """A signed token an agent session uses as its tenant context (G1). With login (a
         login in keel_agent), only that login's sessions can use it."""
-        with self.call_in(tenant_id) as conn:
-            row = conn.execute(
-                "select keel.mint_tenant_token(%s, coalesce(%s, interval '15 minutes'), %s)",
-                (tenant_id, ttl, login),
-            ).fetchone()
-        assert row is not None
-        return str(row[0])
+        return str(
+            self._value(
+                "mint_tenant_token",
+                tenant_id,
+                {"tenant_id": tenant_id},
+                {"ttl": ttl, "login": login},
+            )
+        )
 
     def define_workflow(
         self,
@@ -57,17 +57,22 @@ class TaskCalls(KeelBase):
         """Define a workflow version; True if created, False if the identical one exists.
         Terminal states are those with no outgoing edge; when `terminal_states` is given,
         every such state must be listed there (a dead end that is not is refused)."""
-        args: list[Any] = [workflow, version, initial_state, Jsonb([list(t) for t in transitions])]
-        args.append(description)
-        # Named only when given, so the call also works against a schema that predates it.
-        extra = ", p_terminal_states => %s" if terminal_states is not None else ""
-        if terminal_states is not None:
-            args.append(list(terminal_states))
-        with self.call_in(None) as conn:
-            row = conn.execute(
-                f"select keel.define_workflow(%s, %s, %s, %s, %s{extra})", args
-            ).fetchone()
-        return bool(row and row[0])
+        created = self._value(
+            "define_workflow",
+            None,
+            {
+                "workflow": workflow,
+                "workflow_version": version,
+                "initial_state": initial_state,
+                "transitions": [list(t) for t in transitions],
+            },
+            # Named only when given, so the call also works against a schema that predates it.
+            {
+                "description": description,
+                "terminal_states": Array(terminal_states) if terminal_states is not None else None,
+            },
+        )
+        return bool(created)
 
     # -- tasks ---------------------------------------------------------------
     def create_task(
@@ -181,16 +186,15 @@ class TaskCalls(KeelBase):
         item takes transition_task's arguments by name (task_id, expected_version, to_state,
         fencing_token, payload, outbox, ...) and keeps every guarantee of the single call;
         a refused item wrote nothing and says why, the others are unaffected."""
-        with self.call_in(tenant_id) as conn:
-            rows = conn.execute(
-                "select item, task_id, refused_sqlstate, refused_message, state, state_version,"
-                " fencing_token"
-                " from keel.transition_tasks(%s, %s)",
-                (tenant_id, Jsonb([{k: adapt_json(v) for k, v in i.items()} for i in items])),
-            ).fetchall()
+        rows = self._records("transition_tasks", tenant_id, batch(tenant_id, items))
         return [
             TransitionOutcome(
-                r[0], r[1], r[4], r[5], r[6], BatchError(r[2], r[3]) if r[2] else None
+                r["item"],
+                r["task_id"],
+                r["state"],
+                r["state_version"],
+                r["fencing_token"],
+                refusal(r),
             )
             for r in rows
         ]
@@ -299,20 +303,13 @@ class TaskCalls(KeelBase):
         item takes reserve_operation's arguments by name (idempotency_key, action,
         input_hash, task_id, fencing_token, ...) and keeps every guarantee of the single
         call; a refused item (idempotency_conflict, lease_lost, ...) changed nothing."""
-        with self.call_in(tenant_id) as conn:
-            rows = conn.execute(
-                "select item, idempotency_key, refused_sqlstate, refused_message, outcome,"
-                " operation_id, state,"
-                " attempts, result, error, provider_reference, reserved_fencing_token"
-                " from keel.reserve_operations(%s, %s)",
-                (tenant_id, Jsonb([{k: adapt_json(v) for k, v in i.items()} for i in items])),
-            ).fetchall()
+        rows = self._records("reserve_operations", tenant_id, batch(tenant_id, items))
         return [
             ReserveOutcome(
-                r[0],
-                r[1],
-                None if r[2] else Reservation(*r[4:12]),
-                BatchError(r[2], r[3]) if r[2] else None,
+                r["item"],
+                r["idempotency_key"],
+                None if r["refused_sqlstate"] else row_to(Reservation, r),
+                refusal(r),
             )
             for r in rows
         ]
