@@ -45,7 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[NO_PREPARE_ENV] = "1"
     if not hasattr(config, "workerinput"):  # under xdist only the controller reports
         config.pluginmanager.register(
-            GuaranteeReport(selected_guarantees(config), config.getoption("--keel-strict", False)),
+            GuaranteeReport(
+                selected_guarantees(config),
+                config.getoption("--keel-strict", False),
+                subset=bool(config.option.keyword or config.option.markexpr),
+            ),
             "agentkeel-guarantee-report",
         )
         # A database the suite did not make (not the embedded cluster, not a container,
@@ -150,9 +154,12 @@ def _reason(report: pytest.TestReport) -> str:
     return str(longrepr).strip().splitlines()[-1] if longrepr else ""
 
 
-def verdict(results: Results, gid: str, selected: frozenset[str] | None = None) -> str:
+def verdict(
+    results: Results, gid: str, selected: frozenset[str] | None = None, subset: bool = False
+) -> str:
     """What the table says of one guarantee: FAILED, not selected, not covered, passed,
-    partial (n of m ran: the rest skipped), or skipped (none ran)."""
+    partial (n of m ran: the rest skipped), or skipped (none ran). With subset (-k or -m
+    chose the tests), a guarantee none of whose tests ran was not selected."""
     tests = results.get(gid, {})
     counts = {k: sum(1 for o, _ in tests.values() if o == k) for k in OUTCOME_RANK}
     if counts["failed"]:
@@ -160,7 +167,7 @@ def verdict(results: Results, gid: str, selected: frozenset[str] | None = None) 
     if selected is not None and gid not in selected:
         return "not selected"  # some of its tests may have run, as tests of another too
     if not tests:
-        return "not covered"
+        return "not selected" if subset else "not covered"
     if counts["passed"] and counts["skipped"]:
         return f"partial ({counts['passed']} of {len(tests)} ran)"
     if counts["passed"]:
@@ -178,7 +185,9 @@ VERDICT_STYLES = {
 }
 
 
-def guarantee_table(results: Results, selected: frozenset[str] | None = None) -> Table:
+def guarantee_table(
+    results: Results, selected: frozenset[str] | None = None, subset: bool = False
+) -> Table:
     table = Table(
         "guarantee",
         "title",
@@ -192,7 +201,7 @@ def guarantee_table(results: Results, selected: frozenset[str] | None = None) ->
     for gid, title in GUARANTEES.items():
         tests = results.get(gid, {})
         counts = {k: sum(1 for o, _ in tests.values() if o == k) for k in OUTCOME_RANK}
-        said = verdict(results, gid, selected)
+        said = verdict(results, gid, selected, subset)
         table.add_row(
             gid,
             title,
@@ -219,10 +228,13 @@ def short_of_strict(results: Results, selected: frozenset[str] | None = None) ->
 class GuaranteeReport:
     """Collects each test's outcome per guarantee and prints the table at the end."""
 
-    def __init__(self, selected: frozenset[str] | None = None, strict: bool = False) -> None:
+    def __init__(
+        self, selected: frozenset[str] | None = None, strict: bool = False, subset: bool = False
+    ) -> None:
         self.results: Results = defaultdict(dict)
         self.selected = selected
         self.strict = strict
+        self.subset = subset  # -k or -m chose the tests
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -262,7 +274,12 @@ class GuaranteeReport:
             highlight=False,
             soft_wrap=True,  # one line per failure, however long, so CI logs stay greppable
         )
-        console.print(guarantee_table(self.results, self.selected))
+        console.print(guarantee_table(self.results, self.selected, self.subset))
+        if self.subset:
+            console.print(
+                "-k or -m selected some of the tests: each verdict says what those tests"
+                " found, not what the guarantee's whole set would."
+            )
         if self.strict:
             for short in short_of_strict(self.results, self.selected):
                 console.print(Text(f"--strict: {short}", style="bold red"))

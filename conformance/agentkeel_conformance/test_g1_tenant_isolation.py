@@ -199,6 +199,30 @@ def test_a_plain_tenant_id_is_ignored_for_the_agent(world, agent):
     assert {r[0] for r in rows} == {world.a.tenant}
 
 
+NIL_TENANT = uuid.UUID(int=0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "select * from keel.list_tasks(%s)",
+        "select * from keel.get_task(%s, gen_random_uuid())",
+        "select keel.create_task(%s, 'no-such-workflow', 1)",
+    ],
+    ids=["list_tasks", "get_task", "create_task"],
+)
+def test_the_nil_uuid_names_no_tenant(connect, call):
+    """The nil uuid is what a transaction that took tasks of several tenants acts for
+    (keel.no_tenant()): no call may name it, nor adopt it as its context. A trusted login
+    in autocommit, whose call would otherwise adopt the tenant it names, is refused
+    invalid_argument (22K01) before anything is read.
+    No mutation: the generated mutants disable require_tenant's check (tests/test_mutants.py)."""
+    conn = connect(role="keel_app")
+    with pytest.raises(psycopg.Error, match="nil uuid") as info:
+        conn.execute(call.encode(), (NIL_TENANT,)).fetchall()
+    assert info.value.sqlstate == "22K01"
+
+
 def test_set_config_does_not_switch_the_agents_tenant(world, agent):
     """Mutation: plain_tenant_id."""
     setup = (f"select set_config('keel.tenant_id', '{world.b.tenant}', false)",)
@@ -408,12 +432,18 @@ TOKEN_ATTACKS = {
     "extended-expiry": lambda w: tamper(w.a.token, 3, str(int(w.a.token.split(".")[3]) + 3600)),
     "unknown-key-version": lambda w: tamper(w.a.token, 1, "999999"),
     "sql-in-token": lambda w: w.a.token + "'; select 1; --",
+    # Parts that are not what they claim to be are refused as malformed, before any part
+    # is cast or looked up (a cast error would be another SQLSTATE, and a mistake).
+    "key-version-not-a-number": lambda w: tamper(w.a.token, 1, "one"),
+    "tenant-not-a-uuid": lambda w: tamper(w.a.token, 2, "tenant-a"),
+    "expiry-not-a-number": lambda w: tamper(w.a.token, 3, "soon"),
 }
 
 
 @pytest.mark.parametrize("attack", sorted(TOKEN_ATTACKS))
 def test_altered_or_forged_tokens_are_refused(world, agent, attack):
-    """No mutation: verify_tenant_token has no planted bug yet."""
+    """No mutation: the generated mutants disable each check of verify_tenant_token
+    (tests/test_mutants.py)."""
     with pytest.raises(psycopg.Error) as info:
         agent(OWN_TASKS, (world.a.tenant,), token=TOKEN_ATTACKS[attack](world))
     assert info.value.sqlstate == "42K07"

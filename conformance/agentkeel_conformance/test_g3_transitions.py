@@ -309,6 +309,36 @@ def test_a_malformed_batch_is_refused_whole(keel, connect, tenant, new_task, sha
     assert tenant_snapshot(connect(owner=True), tenant) == before
 
 
+MALFORMED_TRANSITIONS = {
+    "no_expected_version": ("null", "'running'", "'{}'", "'[]'"),
+    "no_target_state": ("1", "null", "'{}'", "'[]'"),
+    "payload_not_an_object": ("1", "'running'", "'[1]'", "'[]'"),
+    "outbox_not_an_array": ("1", "'running'", "'{}'", """'{"topic": "t"}'"""),
+    "message_without_topic": ("1", "'running'", "'{}'", """'[{"key": "k"}]'"""),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MALFORMED_TRANSITIONS))
+def test_a_malformed_transition_is_refused_as_invalid_and_writes_nothing(
+    keel, connect, tenant, new_task, shape
+):
+    """A transition without its expected version or target state, with a payload that is
+    not an object, or an outbox that is not an array of messages with a topic, is refused
+    as invalid_argument (22K01) and writes nothing: not refused later for another reason,
+    not stored with a null the history cannot explain.
+    No mutation: the generated mutants disable each of these checks (tests/test_mutants.py)."""
+    task = new_task()
+    version, to_state, payload, outbox = MALFORMED_TRANSITIONS[shape]
+    before = tenant_snapshot(connect(owner=True), tenant)
+    with pytest.raises(InvalidArgument), keel.transaction(tenant) as conn:
+        conn.execute(
+            f"select keel.transition_task(%s, %s, {version}, {to_state},"
+            f" p_payload => {payload}::jsonb, p_outbox => {outbox}::jsonb)".encode(),
+            (tenant, task.task_id),
+        )
+    assert tenant_snapshot(connect(owner=True), tenant) == before
+
+
 def test_a_batch_over_the_byte_budget_is_refused_whole(keel, connect, tenant, new_task):
     """A batch of items each within the payload limit but together over
     settings.max_batch_bytes runs none of them: the database checks and writes no more

@@ -254,6 +254,30 @@ def test_a_transaction_that_acts_for_none_can_take_no_more_tasks(
 
 
 @pytest.mark.guarantee("G1")
+def test_the_per_tenant_claim_acts_for_its_tenant_alone(connect, make_tenant, workflow, login_role):
+    """keel.claim_due_task (the per-tenant step of the claim on Citus) leases a due task of
+    the tenant it names, once, and leaves a transaction that had no context without one.
+    In a transaction that acts for another tenant it is refused (42K06), not answered with
+    no row as if the task were taken.
+    No mutation: the generated mutants disable its keel.require_tenant (tests/test_mutants.py)."""
+    a, b = make_tenant(), make_tenant()
+    creator = Keel(connect(role="keel_app"))
+    task = creator.create_task(b, workflow.name, workflow.version)
+    claim = "select tenant_id, task_id from keel.claim_due_task(%s, %s, 'w', interval '1 minute')"
+    conn = suite_connect(login_role("keel_worker").dsn, autocommit=True)
+    with conn.transaction():
+        assert conn.execute(claim, (b, task.task_id)).fetchall() == [(b, task.task_id)]
+        assert conn.execute("select keel.current_tenant()").fetchone() == (None,)
+        assert conn.execute(claim, (b, task.task_id)).fetchall() == []  # leased now
+    creator.release_lease(b, task.task_id, 1)
+    with pytest.raises(psycopg.Error) as info, conn.transaction():
+        set_tenant_context(conn, a)
+        conn.execute(claim, (b, task.task_id)).fetchall()
+    conn.close()
+    assert info.value.sqlstate == "42K06", info.value
+
+
+@pytest.mark.guarantee("G1")
 def test_a_claim_keeps_one_tenant_per_transaction(connect, make_tenant, workflow, login_role):
     """In a transaction that acts for tenant A, a claim takes only A's tasks; after a claim
     of tasks of two tenants the transaction acts for neither (42K06 on the next call).
@@ -280,3 +304,5 @@ def test_a_claim_keeps_one_tenant_per_transaction(connect, make_tenant, workflow
         conn.execute("select * from keel.get_task(%s, %s)", (b, b_task.task_id))
     conn.close()
     assert info.value.sqlstate == "42K06"
+    # Refused as acting for none, with the way out, not as a mismatch with a tenant.
+    assert "acts for none" in str(info.value), info.value
