@@ -31,10 +31,7 @@ begin
             detail = 'Nothing of the batch was run.',
             hint = 'Split it; settings.max_batch_bytes sets the limit.';
     end if;
-    select s.value::integer into v_max
-    from keel.settings as s
-    where s.setting = 'max_batch_items';
-    v_max := coalesce(v_max, 1000);
+    v_max := keel.max_batch_items();
     v_count := jsonb_array_length(p_items);
     if v_count > v_max then
         raise exception using

@@ -36,12 +36,7 @@ declare
     v_task keel.tasks;
     v_done integer := 0;
 begin
-    if p_limit is null or p_limit not between 1 and 10000 then
-        raise exception using
-            errcode = '22K01',
-            message = 'limit must be between 1 and 10000',
-            hint = 'Recover in batches; call again while rows come back.';
-    end if;
+    perform keel.check_claim_limit(p_limit);
     if p_actor is not null and char_length(p_actor) not between 1 and 200 then
         raise exception using errcode = '22K01', message = 'actor must be 1 to 200 characters';
     end if;
@@ -86,4 +81,4 @@ end;
 $$;
 
 comment on function keel.recover_stale_tasks(integer, text, text, integer) is
-'The recoverer (G5): takes over up to p_limit tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow; rows locked by other transactions are skipped, so one tenant''s locks never stall another''s recovery. Each takeover increments the fencing token (the dead worker''s late writes get lease_lost) and the state_version, and writes one event: RECOVERED (outcome recovered: the task is unleased and due now, its state kept, recovery_attempts + 1) or, once recovery_attempts has reached p_max_attempts (settings.max_recovery_attempts when null or larger), RECOVERY_EXHAUSTED (outcome exhausted: the task enters settings.recovery_failed_state if its workflow version declares it, else keeps its state; unleased, never due). An unexpired lease is never touched. p_actor is stored as the events'' claimed_actor. Returns one row per task handled.';
+'The recoverer (G5): takes over up to p_limit (1 to settings.max_batch_items) tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow; rows locked by other transactions are skipped, so one tenant''s locks never stall another''s recovery. Each takeover increments the fencing token (the dead worker''s late writes get lease_lost) and the state_version, and writes one event: RECOVERED (outcome recovered: the task is unleased and due now, its state kept, recovery_attempts + 1) or, once recovery_attempts has reached p_max_attempts (settings.max_recovery_attempts when null or larger), RECOVERY_EXHAUSTED (outcome exhausted: the task enters settings.recovery_failed_state if its workflow version declares it, else keeps its state; unleased, never due). An unexpired lease is never touched. p_actor is stored as the events'' claimed_actor. Returns one row per task handled.';

@@ -80,6 +80,7 @@ keel.refuse_acting_for_none(uuid, text)
 to keel_worker;
 grant execute on function
 keel.check_claim_limit(integer),
+keel.max_batch_items(),
 keel.check_lease_request(text, interval, timestamptz),
 keel.interval_end(text, interval, timestamptz, interval),
 keel.set_claim_scan(boolean)

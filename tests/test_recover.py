@@ -90,6 +90,25 @@ def test_the_loop_keeps_recovering_until_it_is_stopped(migrated_db):
     assert "interrupted" in stderr
 
 
+def test_a_limit_over_the_databases_batch_limit_is_lowered_with_a_warning(migrated_db):
+    """--limit is fitted to settings.max_batch_items (the limit of every claim, which the
+    database enforces), as the relay fits --batch: a warning, then every stale task."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("update keel.settings set value = '3' where setting = 'max_batch_items'")
+    made = stale_tasks(migrated_db, 5)
+    result = run_agentkeel("recover", "--dsn", migrated_db, "--limit", "10", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert "--limit lowered to settings.max_batch_items (3)" in result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {(r["tenant_id"], r["task_id"]) for r in rows} == made  # batches of 3, then 2
+    with (
+        psycopg.connect(migrated_db, autocommit=True) as conn,
+        pytest.raises(psycopg.Error) as info,
+    ):
+        conn.execute("select * from keel.recover_stale_tasks(4)")
+    assert info.value.sqlstate == "22K01" and "1 to 3 items" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -52,6 +52,14 @@ class Recovery:
         )
 
 
+def fit_limit(conn: psycopg.Connection, limit: int) -> int:
+    """The batch a round asks for: limit, or the database's settings.max_batch_items
+    (keel.max_batch_items) when that is lower, as the relay fits its batch."""
+    with conn.transaction():
+        row = conn.execute("select keel.max_batch_items()").fetchone()
+    return min(limit, int(row[0])) if row else limit
+
+
 def recover_once(
     conn: psycopg.Connection,
     *,

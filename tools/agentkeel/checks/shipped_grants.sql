@@ -115,6 +115,8 @@ with shipped (kind, identity, grantee, privilege) as (
     ('function', 'keel.load_session(uuid,text)', 'keel_agent', 'EXECUTE'),
     ('function', 'keel.load_session(uuid,text)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.load_session(uuid,text)', 'keel_worker', 'EXECUTE'),
+    ('function', 'keel.max_batch_items()', 'keel_relay', 'EXECUTE'),
+    ('function', 'keel.max_batch_items()', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.max_recovery_attempts()', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.mint_tenant_token(uuid,interval,text)', 'keel_app', 'EXECUTE'),
     ('function', 'keel.nack_outbox(uuid,uuid,bigint,text,boolean)', 'keel_relay', 'EXECUTE'),

@@ -64,6 +64,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.lock_outbox_message(uuid,uuid)'),
     ('function', 'keel.lock_task(uuid,uuid,text)'),
     ('function', 'keel.lock_task_to_recover(timestamp with time zone,text,timestamp with time zone,uuid)'),
+    ('function', 'keel.max_batch_items()'),
     ('function', 'keel.max_recovery_attempts()'),
     ('function', 'keel.mint_tenant_token(uuid,interval,text)'),
     ('function', 'keel.nack_outbox(uuid,uuid,bigint,text,boolean)'),

@@ -50,12 +50,7 @@ declare
     v_row record;
     v_done integer := 0;
 begin
-    if p_limit is null or p_limit not between 1 and 10000 then
-        raise exception using
-            errcode = '22K01',
-            message = 'limit must be between 1 and 10000',
-            hint = 'Recover in batches; call again while rows come back.';
-    end if;
+    perform keel.check_claim_limit(p_limit);
     perform keel.refuse_acting_for_none(v_context, 'Recover in a transaction of its own.');
     loop
         perform keel.set_claim_scan(true);
@@ -123,4 +118,4 @@ end;
 $$;
 
 comment on function keel.recover_stale_tasks(integer, text, text, integer) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): the recoverer (G5). Takes over up to p_limit tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow, by an unlocked candidate scan as the worker login and then keel.recover_stale_task for each candidate on its tenant''s node; rows locked by other transactions are skipped. Each takeover is what keel.recover_stale_task does: one RECOVERED or RECOVERY_EXHAUSTED event. Returns one row per task handled.';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): the recoverer (G5). Takes over up to p_limit (1 to settings.max_batch_items) tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow, by an unlocked candidate scan as the worker login and then keel.recover_stale_task for each candidate on its tenant''s node; rows locked by other transactions are skipped. Each takeover is what keel.recover_stale_task does: one RECOVERED or RECOVERY_EXHAUSTED event. Returns one row per task handled.';

@@ -13,6 +13,7 @@ import psycopg
 
 from agentkeel.cli.app import (
     dsn_option,
+    err,
     fail,
     format_option,
     main,
@@ -68,10 +69,11 @@ def run_rounds(
 @once_or_interval
 @click.option(
     "--limit",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(1),
     default=100,
     show_default=True,
-    help="Tasks per transaction; a full batch is followed by another at once.",
+    help="Tasks per transaction, at most the database's settings.max_batch_items (1000 by "
+    "default); a full batch is followed by another at once.",
 )
 @click.option("--workflow", default=None, help="Only tasks of this workflow.")
 @click.option(
@@ -94,15 +96,24 @@ def recover(
     the fencing token increments, a RECOVERED event is written and the task is due again
     for claim_next_task; past the maximum of recovery attempts the task fails with a
     RECOVERY_EXHAUSTED event. Needs a login in keel_worker (or the owner)."""
-    from agentkeel.recover import recover_once
+    from agentkeel.recover import fit_limit, recover_once
 
     actor = f"agentkeel-recover@{socket.gethostname()}"[:200]
 
+    fitted: list[int] = []  # the batch, fitted to the database's limit on the first round
+
     def one_round(conn: psycopg.Connection, looping: bool) -> None:
+        if not fitted:
+            fitted.append(fit_limit(conn, limit))
+            if fitted[0] < limit:
+                err.print(
+                    f"agentkeel: --limit lowered to settings.max_batch_items ({fitted[0]})",
+                    markup=False,
+                )
         handled = 0
         while True:
             batch = recover_once(
-                conn, limit=limit, actor=actor, workflow=workflow, max_attempts=max_attempts
+                conn, limit=fitted[0], actor=actor, workflow=workflow, max_attempts=max_attempts
             )
             handled += len(batch)
             for row in batch:
@@ -110,7 +121,7 @@ def recover(
                     click.echo(json.dumps(row.as_json()))
                 else:
                     out.print(row.describe(), markup=False)
-            if len(batch) < limit:
+            if len(batch) < fitted[0]:
                 break
         if not as_json and (not looping or handled):
             out.print(f"{handled} stale task(s) handled", markup=False)

@@ -141,8 +141,7 @@ SWEEP_KEYS = 5000  # about 0.1 s with long keys, each with a head in backoff
 MAX_CLAIMS = (
     "select coalesce(max(s.value::integer) filter (where s.setting ="
     " 'outbox_max_unreported_claims'), 20) as max_claims,"
-    " coalesce(max(s.value::integer) filter (where s.setting = 'max_batch_items'), 1000)"
-    " as max_batch from keel.settings as s"
+    " keel.max_batch_items() as max_batch from keel.settings as s"
 )
 
 # What waits, summed over topics (the periodic status line).
