@@ -157,6 +157,54 @@ def test_a_stale_token_cannot_begin_or_complete_a_step(keel, tenant, new_task):
     ]
 
 
+def test_a_lost_lease_begins_no_step_not_even_one_waiting_to_retry(keel, tenant, new_task):
+    """A step waiting out its retry answers retry_later only to the lease holder: after a
+    takeover the old token gets lease_lost there too, so a worker that lost its lease
+    learns it at its next call, whatever state the step is in.
+    No mutation: the generated mutants disable begin_step's lease check (tests/test_mutants.py)."""
+    task = new_task()
+    old = keel.claim_lease(tenant, task.task_id, "worker-a", SHORT_LEASE)
+    assert keel.begin_step(
+        tenant, task.task_id, "call", digest("x"), old.fencing_token
+    ).outcome == ("started")
+    keel.fail_step(
+        tenant, task.task_id, "call", old.fencing_token, {"code": "busy"},
+        retryable=True, retry_after=timedelta(minutes=10),
+    )  # fmt: skip
+
+    def take_over():
+        try:
+            return keel.claim_lease(tenant, task.task_id, "worker-b", timedelta(minutes=5))
+        except LeaseHeld:
+            return None  # the first lease is still valid
+
+    new = wait_for(take_over, "the first lease to expire and worker-b to claim the task")
+    with pytest.raises(LeaseLost):
+        keel.begin_step(tenant, task.task_id, "call", digest("x"), old.fencing_token)
+    waiting = keel.begin_step(tenant, task.task_id, "call", digest("x"), new.fencing_token)
+    assert waiting.outcome == "retry_later"
+
+
+@pytest.mark.parametrize("step_key", ["", "k" * 201])
+def test_a_step_key_of_no_or_too_many_characters_is_refused(keel, tenant, leased, step_key):
+    """A step key is 1 to 200 characters: refused as invalid_argument (22K01), nothing
+    reserved, not stored under a key the worker cannot name again.
+    No mutation: the generated mutants disable this check (tests/test_mutants.py)."""
+    task_id, token = leased
+    with pytest.raises(InvalidArgument, match="step key"):
+        keel.begin_step(tenant, task_id, step_key, digest("x"), token)
+    assert keel.list_step_attempts(tenant, task_id) == []
+
+
+def test_a_step_without_a_task_is_refused(keel, tenant, leased):
+    """A step belongs to a task: one named without it is invalid_argument (22K01), not a
+    missing task (42K04) the worker would look for.
+    No mutation: the generated mutants disable this check (tests/test_mutants.py)."""
+    _, token = leased
+    with pytest.raises(InvalidArgument, match="task id is required"):
+        keel.begin_step(tenant, None, "call", digest("x"), token)
+
+
 def test_a_retryable_failure_waits_then_opens_the_next_attempt(keel, tenant, leased):
     """fail_step(retryable, retry_after) holds the step until then; a final failure is
     returned as stored, never run again.
