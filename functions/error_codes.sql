@@ -46,6 +46,8 @@ begin
          'No checkpoint with that id exists in the tenant.'),
         ('42K15', 'session_not_found',
          'No session with that id exists in the tenant: create it with keel.save_session first.'),
+        ('54K01', 'quota_exceeded',
+         'The write would take an object past its quota in keel.settings (the step updates of a session, or their bytes). Nothing was written.'),
         ('55K01', 'stale_state',
          'The task''s state_version is not the expected one: another writer changed it first. Nothing was written.'),
         ('55K02', 'illegal_transition',
@@ -76,4 +78,4 @@ end;
 $$;
 
 comment on function keel.error_codes() is
-'Every custom SQLSTATE agentkeel raises, with its name and meaning. Codes sit in the standard class that fits (22 data, 23 integrity, 42 access, 55 prerequisite).';
+'Every custom SQLSTATE agentkeel raises, with its name and meaning. Codes sit in the standard class that fits (22 data, 23 integrity, 42 access, 54 program limit, 55 prerequisite).';

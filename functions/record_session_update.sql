@@ -41,6 +41,7 @@ declare
     v_latest keel.session_updates;
     v_seq bigint;
     v_refusal text;
+    v_bytes bigint;
 begin
     perform keel.require_tenant(p_tenant_id);
     if p_session_id is null or p_step_key is null or char_length(p_step_key) not between 1 and 200 then
@@ -133,10 +134,13 @@ begin
         end if;
     end if;
 
+    v_bytes := coalesce(octet_length(p_result::text), 0) + coalesce(octet_length(p_error::text), 0);
+    perform keel.check_session_quota(v_session, v_bytes);
     v_seq := v_session.last_update_seq + 1;
     update keel.sessions as s
     set
         last_update_seq = v_seq,
+        update_bytes = s.update_bytes + v_bytes,
         updated_at = v_now
     where s.tenant_id = p_tenant_id and s.session_id = p_session_id;
 
@@ -154,4 +158,4 @@ end;
 $$;
 
 comment on function keel.record_session_update(uuid, text, text, text, integer, jsonb, jsonb, text) is
-'Appends one step update (running / completed / failed, with its attempt number and result or error) to a session, with the next per-session seq, under the session row''s lock. completed and failed are terminal for the step: a running update never replaces them, a terminal one only with a higher attempt, and no update replaces one of a higher attempt, and a completed or failed session takes no running update (session_update_refused, 55K15, nothing written). Sending the stored update again returns outcome unchanged; a new one, applied. session_not_found (42K15) without keel.save_session first. Result and error pass keel.check_payload (G9); the login is recorded as actor, p_actor as claimed_actor.';
+'Appends one step update (running / completed / failed, with its attempt number and result or error) to a session, with the next per-session seq, under the session row''s lock. completed and failed are terminal for the step: a running update never replaces them, a terminal one only with a higher attempt, and no update replaces one of a higher attempt, and a completed or failed session takes no running update (session_update_refused, 55K15, nothing written). Sending the stored update again returns outcome unchanged; a new one, applied. session_not_found (42K15) without keel.save_session first. Result and error pass keel.check_payload (G9), and the session''s quota (keel.check_session_quota: settings.max_session_updates updates, settings.max_session_total_update_bytes bytes) is kept, else quota_exceeded (54K01) and nothing written; the login is recorded as actor, p_actor as claimed_actor.';

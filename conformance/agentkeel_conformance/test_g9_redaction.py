@@ -5,6 +5,7 @@ never echoing the value."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 import pytest
 
 from agentkeel.client import Keel
-from agentkeel.errors import PayloadRejected
+from agentkeel.errors import PayloadRejected, QuotaExceeded
+from agentkeel.sessions import Sessions
+from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G9")
 
@@ -255,3 +258,47 @@ def test_a_transition_writes_at_most_the_set_number_of_outbox_messages(
         )
     assert f"at most {limit} outbox messages" in info.value.message
     assert keel.get_task(tenant, task.task_id).state_version == 1
+
+
+@pytest.mark.parametrize("limit", ["updates", "bytes"])
+def test_a_session_takes_step_updates_up_to_its_quota_and_then_none(connect, tenant, limit):
+    """keel.load_session folds every update of a session, so a session's updates are
+    bounded: settings.max_session_updates updates and settings.max_session_total_update_bytes
+    bytes of results and errors. The update that would pass either is refused with
+    quota_exceeded (54K01) and writes nothing; the session still loads. (The owner sets
+    the session's counters near the limit, as if it had taken that many updates: the
+    defaults are 10,000 updates and 16 MiB.)
+    No mutation: the generated mutants disable each check of keel.check_session_quota
+    (tests/test_mutants.py)."""
+    sessions = Sessions(connect())
+    session_id = f"quota-{uuid.uuid4().hex[:8]}"
+    sessions.save(tenant, session_id, {"turn": 0})
+    owner = connect(owner=True)
+    (max_updates, max_bytes) = owner.execute(
+        "select"
+        " max(value::bigint) filter (where setting = 'max_session_updates'),"
+        " max(value::bigint) filter (where setting = 'max_session_total_update_bytes')"
+        " from keel.settings"
+    ).fetchone()
+    result = {"text": "x" * 20}
+    size = len(json.dumps(result))  # jsonb's text: {"text": "xxx..."}, as stored
+    with in_tenant(owner, tenant):
+        owner.execute(
+            "update keel.sessions set last_update_seq = %s, update_bytes = %s"
+            " where tenant_id = %s and session_id = %s",
+            (
+                max_updates - 2 if limit == "updates" else 0,
+                max_bytes - 2 * size if limit == "bytes" else 0,
+                tenant,
+                session_id,
+            ),
+        )
+    for step in ("a", "b"):  # the last two the quota allows
+        sessions.update(tenant, session_id, step, "completed", result=result)
+    before = tenant_snapshot(owner, tenant)
+    with pytest.raises(QuotaExceeded) as info:
+        sessions.update(tenant, session_id, "c", "completed", result=result)
+    assert info.value.sqlstate == "54K01"
+    assert tenant_snapshot(owner, tenant) == before, "a refused update wrote something"
+    loaded = sessions.load(tenant, session_id)
+    assert loaded is not None and set(loaded.steps) == {"a", "b"}

@@ -113,6 +113,11 @@ class SessionNotFound(KeelError):
     name = "session_not_found"
 
 
+class QuotaExceeded(KeelError):
+    sqlstate = "54K01"
+    name = "quota_exceeded"
+
+
 class StaleState(KeelError):
     sqlstate = "55K01"
     name = "stale_state"

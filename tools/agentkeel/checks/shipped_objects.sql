@@ -22,6 +22,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.check_operation_request(text,text,text,uuid,bigint)'),
     ('function', 'keel.check_outbox_messages(jsonb)'),
     ('function', 'keel.check_payload(text,jsonb,text)'),
+    ('function', 'keel.check_session_quota(keel.sessions,bigint)'),
     ('function', 'keel.check_wake_at(timestamp with time zone,timestamp with time zone)'),
     ('function', 'keel.claim_due_message(uuid,uuid,text,interval,text)'),
     ('function', 'keel.claim_due_task(uuid,uuid,text,interval,text)'),
