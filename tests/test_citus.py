@@ -30,7 +30,7 @@ from agentkeel.client import Keel, set_tenant_context, set_tenant_token
 from agentkeel.errors import InvalidArgument, TenantContextMismatch
 from agentkeel.sessions import Sessions
 from agentkeel_conformance.fixtures import role_defaults
-from conftest import run_agentkeel
+from conftest import REPO, run_agentkeel
 
 pytestmark = pytest.mark.citus
 
@@ -120,6 +120,70 @@ def test_a_fresh_install_distributes_once_and_stays_migratable(citus_db):
         result = run_agentkeel(*args, "--dsn", citus_db)
         assert result.returncode == 0, (args, result.stderr)
         assert says in result.stdout, (args, result.stdout)
+
+
+def previous_sql_change() -> str | None:
+    """The commit before the newest that changed the SQL or the code that distributes it:
+    the install a user upgrades from next."""
+    if not (REPO / ".git").exists():
+        return None
+    log = subprocess.run(
+        ["git", "log", "--format=%H", "-n", "2", "--", "schema", "functions", "policies",
+         "tools/agentkeel"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    return log[1] if len(log) == 2 else None
+
+
+def test_a_distributed_install_upgrades_with_migrate_up_and_distribute(
+    citus_admin_dsn, citus_db, tmp_path
+):
+    """An install that the previous version migrated and distributed (its own CLI, SQL and
+    Citus variants) upgrades as docs/citus.md says: this version's `migrate up`, then
+    `distribute --apply`; the core of the suite then passes as an application login, so
+    what the upgrade added (new functions the delegated ones call on the workers, new
+    columns of distributed tables) is there on every node."""
+    ref = previous_sql_change()
+    if ref is None:
+        pytest.skip("not a git checkout with an earlier version to upgrade from")
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", ref, "schema", "functions", "policies", "tools"],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    old = tmp_path / "old"
+    old.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTKEEL_DSN", "AGENTKEEL_SQL_DIR")}
+    for step in (("migrate", "up"), ("distribute", "--apply")):
+        result = subprocess.run(
+            [sys.executable, "-m", "agentkeel.cli", *step, "--dsn", citus_db],
+            env={**env, "PYTHONPATH": str(old / "tools")},
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, (ref, step, result.stderr[-2000:])
+    for step in (("migrate", "up"), ("distribute", "--apply")):
+        result = run_agentkeel(*step, "--dsn", citus_db)
+        assert result.returncode == 0, (step, result.stderr[-2000:])
+    made = []
+    try:
+        app, app_dsn = _login(citus_db, "keel_app")
+        made.append(app)
+        with psycopg.connect(citus_db, autocommit=True) as conn:
+            owner = f"akt_citus_owner_{uuid.uuid4().hex[:8]}"
+            conn.execute(
+                sql.SQL("create role {} login createrole in role keel_owner").format(
+                    sql.Identifier(owner)
+                )
+            )
+            made.append(owner)
+        suite = run_agentkeel(
+            "conformance", "-q", "-n", "2", "--dsn", app_dsn,
+            "--owner-dsn", conninfo.make_conninfo(citus_db, user=owner),
+            "-k", "g2 or g3 or g5 or g8 or sessions",
+        )  # fmt: skip
+        assert suite.returncode == 0, suite.stdout[-4000:]
+    finally:
+        citus_cluster.drop_roles(citus_admin_dsn, made)
 
 
 def test_no_node_accepts_the_owner_and_every_node_has_the_shipped_grants(cluster):
