@@ -122,6 +122,18 @@ def test_a_different_input_hash_for_a_completed_step_conflicts_and_changes_nothi
 
 
 @pytest.mark.guarantee("G5")
+def take_over(keel, tenant, task_id):
+    """worker-b's lease on the task, claimed once the first (SHORT_LEASE) has expired."""
+
+    def claim():
+        try:
+            return keel.claim_lease(tenant, task_id, "worker-b", timedelta(minutes=5))
+        except LeaseHeld:
+            return None  # the first lease is still valid
+
+    return wait_for(claim, "the first lease to expire and worker-b to claim the task")
+
+
 def test_a_stale_token_cannot_begin_or_complete_a_step(keel, tenant, new_task):
     """After a takeover the old lease holder's token is refused on every step write, and
     the new holder closes the abandoned attempt and opens the next one.
@@ -132,13 +144,7 @@ def test_a_stale_token_cannot_begin_or_complete_a_step(keel, tenant, new_task):
     started = keel.begin_step(tenant, task.task_id, "call", digest("x"), old.fencing_token)
     assert started.outcome == "started"
 
-    def take_over():
-        try:
-            return keel.claim_lease(tenant, task.task_id, "worker-b", timedelta(minutes=5))
-        except LeaseHeld:
-            return None  # the first lease is still valid
-
-    new = wait_for(take_over, "the first lease to expire and worker-b to claim the task")
+    new = take_over(keel, tenant, task.task_id)
 
     with pytest.raises(LeaseLost):
         keel.complete_step(tenant, task.task_id, "call", old.fencing_token, {"late": True})
@@ -172,13 +178,7 @@ def test_a_lost_lease_begins_no_step_not_even_one_waiting_to_retry(keel, tenant,
         retryable=True, retry_after=timedelta(minutes=10),
     )  # fmt: skip
 
-    def take_over():
-        try:
-            return keel.claim_lease(tenant, task.task_id, "worker-b", timedelta(minutes=5))
-        except LeaseHeld:
-            return None  # the first lease is still valid
-
-    new = wait_for(take_over, "the first lease to expire and worker-b to claim the task")
+    new = take_over(keel, tenant, task.task_id)
     with pytest.raises(LeaseLost):
         keel.begin_step(tenant, task.task_id, "call", digest("x"), old.fencing_token)
     waiting = keel.begin_step(tenant, task.task_id, "call", digest("x"), new.fencing_token)
