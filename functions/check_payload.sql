@@ -17,6 +17,7 @@ declare
     v_limit integer;
     v_size integer;
     v_path text;
+    v_secret boolean;
 begin
     if p_payload is null or p_payload = '{}'::jsonb or p_payload = '[]'::jsonb then
         return;  -- nothing to walk: the common case costs one comparison
@@ -80,9 +81,45 @@ begin
             hint = 'Send such a value as a string.';
     end if;
 
-    -- Every key at any depth. The depth bound above keeps this linear in the size, and
-    -- paths are cut at 200 characters (all a message shows) so long keys cannot make it
-    -- quadratic.
+    -- Every key at any depth, each distinct key folded once and matched against the rules
+    -- in one pass (a jsonpath lists the keys; LIKE ANY compares against every pattern,
+    -- which are [a-z0-9] only). The common case, no match, ends here.
+    with folded as materialized (  -- materialized: each key folded once, not per test
+        select keel.fold_key(d.key) as folded
+        from (
+            select distinct k.value #>> '{}' as key
+            from jsonb_path_query(
+                p_payload, 'strict $.** ? (@.type() == "object").keyvalue().key'
+            ) as k (value)
+        ) as d
+    ),
+
+    rules as (
+        select
+            coalesce(array_agg(r.pattern) filter (where r.match = 'exact'), '{}') as exact,
+            coalesce(
+                array_agg('%' || r.pattern || '%') filter (where r.match = 'contains'), '{}'
+            ) as contains,
+            coalesce(array_agg('%' || r.pattern) filter (where r.match = 'suffix'), '{}')
+            as suffix
+        from keel.redaction_rules as r
+    )
+
+    select exists (
+        select 1
+        from folded as f
+        cross join rules
+        where f.folded = any(rules.exact)
+            or f.folded like any(rules.contains)
+            or f.folded like any(rules.suffix)
+    ) into v_secret;
+    if not v_secret then
+        return;
+    end if;
+
+    -- A key matched: walk again, with paths, to name the first one in path order. The
+    -- depth bound above keeps this linear in the size, and paths are cut at 200 characters
+    -- (all a message shows) so long keys cannot make it quadratic.
     with recursive walk (path, key, value) as (
         select '$'::text, null::text, p_payload
         union all
