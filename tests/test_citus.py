@@ -123,8 +123,10 @@ def test_a_fresh_install_distributes_once_and_stays_migratable(citus_db):
 
 
 def previous_sql_change() -> str | None:
-    """The commit before the newest that changed the SQL or the code that distributes it:
-    the install a user upgrades from next."""
+    """$AGENTKEEL_CITUS_UPGRADE_FROM (a commit), else the commit before the newest that
+    changed the SQL or the code that distributes it: the last step of the upgrade path."""
+    if os.environ.get("AGENTKEEL_CITUS_UPGRADE_FROM"):
+        return os.environ["AGENTKEEL_CITUS_UPGRADE_FROM"]
     if not (REPO / ".git").exists():
         return None
     log = subprocess.run(
@@ -138,11 +140,12 @@ def previous_sql_change() -> str | None:
 def test_a_distributed_install_upgrades_with_migrate_up_and_distribute(
     citus_admin_dsn, citus_db, tmp_path
 ):
-    """An install that the previous version migrated and distributed (its own CLI, SQL and
-    Citus variants) upgrades as docs/citus.md says: this version's `migrate up`, then
-    `distribute --apply`; the core of the suite then passes as an application login, so
-    what the upgrade added (new functions the delegated ones call on the workers, new
-    columns of distributed tables) is there on every node."""
+    """An install that an earlier version migrated and distributed (its own CLI, SQL and
+    Citus variants: by default the commit before the newest SQL change, so each step of
+    the history is replayed once when it lands) upgrades as docs/citus.md says: this
+    version's `migrate up`, then `distribute --apply`; the core of the suite then passes
+    as an application login, so what the upgrade added (functions the delegated ones call
+    on the workers, columns of distributed tables) is there on every node."""
     ref = previous_sql_change()
     if ref is None:
         pytest.skip("not a git checkout with an earlier version to upgrade from")

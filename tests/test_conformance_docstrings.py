@@ -89,3 +89,17 @@ def test_every_conformance_test_names_its_mutation_or_why_none_applies(name, nod
             f"{name}: the docstring's last line is neither 'Mutation: <name>' nor"
             f" 'No mutation: <reason>': {last!r}"
         )
+
+
+def test_guarantee_marks_sit_on_tests():
+    """A `@pytest.mark.guarantee` on a helper counts for nothing (pytest reads marks on
+    tests and classes only): the test it was meant for would silently leave its row."""
+    misplaced = []
+    for path in sorted(SUITE.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            marks = [ast.unparse(d) for d in node.decorator_list]
+            if any("mark.guarantee" in m for m in marks) and not node.name.startswith("test_"):
+                misplaced.append(f"{path.name}:{node.lineno} {node.name}")
+    assert misplaced == []

@@ -442,8 +442,7 @@ TOKEN_ATTACKS = {
 
 @pytest.mark.parametrize("attack", sorted(TOKEN_ATTACKS))
 def test_altered_or_forged_tokens_are_refused(world, agent, attack):
-    """No mutation: the generated mutants disable each check of verify_tenant_token
-    (tests/test_mutants.py)."""
+    """No mutation: the generated mutants disable each token check (tests/test_mutants.py)."""
     with pytest.raises(psycopg.Error) as info:
         agent(OWN_TASKS, (world.a.tenant,), token=TOKEN_ATTACKS[attack](world))
     assert info.value.sqlstate == "42K07"

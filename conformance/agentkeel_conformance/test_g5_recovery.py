@@ -330,3 +330,25 @@ def test_a_recoverer_cannot_raise_the_maximum_of_recovery_attempts(keel, connect
     wait_past(SHORT)
     (row,) = recover(connect(role="keel_worker"), wf, max_attempts=limit + 100)
     assert (row.task_id, row.outcome, row.recovery_attempts) == (task.task_id, "exhausted", limit)
+
+
+@pytest.mark.parametrize(
+    ("call", "problem"),
+    [
+        ("select * from keel.recover_stale_tasks(0)", "a claim takes 1 to"),
+        (
+            "select * from keel.recover_stale_tasks(keel.max_batch_items() + 1)",
+            "a claim takes 1 to",
+        ),
+        ("select * from keel.recover_stale_tasks(10, p_actor => '')", "actor"),
+    ],
+    ids=["no_tasks", "over_the_batch_limit", "empty_actor"],
+)
+def test_recover_arguments_are_checked(connect, call, problem):
+    """A recovery takes 1 to settings.max_batch_items tasks, like every claim, and names
+    its actor in 1 to 200 characters: anything else is invalid_argument (22K01) before a
+    lease is touched.
+    No mutation: the generated mutants disable each check (tests/test_mutants.py)."""
+    with pytest.raises(psycopg.Error, match=problem) as info:
+        connect(role="keel_worker").execute(call.encode()).fetchall()
+    assert info.value.sqlstate == "22K01"

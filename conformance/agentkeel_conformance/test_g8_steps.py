@@ -121,7 +121,6 @@ def test_a_different_input_hash_for_a_completed_step_conflicts_and_changes_nothi
     assert provider.calls == 1
 
 
-@pytest.mark.guarantee("G5")
 def take_over(keel, tenant, task_id):
     """worker-b's lease on the task, claimed once the first (SHORT_LEASE) has expired."""
 
@@ -134,6 +133,7 @@ def take_over(keel, tenant, task_id):
     return wait_for(claim, "the first lease to expire and worker-b to claim the task")
 
 
+@pytest.mark.guarantee("G5")
 def test_a_stale_token_cannot_begin_or_complete_a_step(keel, tenant, new_task):
     """After a takeover the old lease holder's token is refused on every step write, and
     the new holder closes the abandoned attempt and opens the next one.

@@ -268,8 +268,7 @@ def test_a_session_takes_step_updates_up_to_its_quota_and_then_none(connect, ten
     quota_exceeded (54K01) and writes nothing; the session still loads. (The owner sets
     the session's counters near the limit, as if it had taken that many updates: the
     defaults are 10,000 updates and 16 MiB.)
-    No mutation: the generated mutants disable each check of keel.check_session_quota
-    (tests/test_mutants.py)."""
+    No mutation: the generated mutants disable each quota check (tests/test_mutants.py)."""
     sessions = Sessions(connect())
     session_id = f"quota-{uuid.uuid4().hex[:8]}"
     sessions.save(tenant, session_id, {"turn": 0})

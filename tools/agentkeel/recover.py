@@ -54,8 +54,14 @@ class Recovery:
 
 def fit_limit(conn: psycopg.Connection, limit: int) -> int:
     """The batch a round asks for: limit, or the database's settings.max_batch_items
-    (keel.max_batch_items) when that is lower, as the relay fits its batch."""
+    (keel.max_batch_items) when that is lower, as the relay fits its batch. A schema from
+    before that function (it took 1 to 10,000 a call) gets limit as it is."""
     with conn.transaction():
+        row = conn.execute(
+            "select to_regprocedure('keel.max_batch_items()') is not null"
+        ).fetchone()
+        if not (row and row[0]):
+            return limit
         row = conn.execute("select keel.max_batch_items()").fetchone()
     return min(limit, int(row[0])) if row else limit
 

@@ -100,20 +100,20 @@ def recover(
 
     actor = f"agentkeel-recover@{socket.gethostname()}"[:200]
 
-    fitted: list[int] = []  # the batch, fitted to the database's limit on the first round
+    said: set[int] = set()  # the lowered limits already reported
 
     def one_round(conn: psycopg.Connection, looping: bool) -> None:
-        if not fitted:
-            fitted.append(fit_limit(conn, limit))
-            if fitted[0] < limit:
-                err.print(
-                    f"agentkeel: --limit lowered to settings.max_batch_items ({fitted[0]})",
-                    markup=False,
-                )
+        # Fitted each round: the setting may be lowered while a loop runs.
+        fitted = fit_limit(conn, limit)
+        if fitted < limit and fitted not in said:
+            said.add(fitted)
+            err.print(
+                f"agentkeel: --limit lowered to settings.max_batch_items ({fitted})", markup=False
+            )
         handled = 0
         while True:
             batch = recover_once(
-                conn, limit=fitted[0], actor=actor, workflow=workflow, max_attempts=max_attempts
+                conn, limit=fitted, actor=actor, workflow=workflow, max_attempts=max_attempts
             )
             handled += len(batch)
             for row in batch:
@@ -121,7 +121,7 @@ def recover(
                     click.echo(json.dumps(row.as_json()))
                 else:
                     out.print(row.describe(), markup=False)
-            if len(batch) < fitted[0]:
+            if len(batch) < fitted:
                 break
         if not as_json and (not looping or handled):
             out.print(f"{handled} stale task(s) handled", markup=False)

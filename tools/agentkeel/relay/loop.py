@@ -127,7 +127,8 @@ STARTUP = (
     " as ok, pg_catalog.has_function_privilege(to_regprocedure("
     "'keel.claim_outbox(text, integer, interval, text)'), 'EXECUTE') as may,"
     " exists (select 1 from pg_catalog.pg_attribute where attrelid ="
-    " to_regclass('keel.outbox') and attname = 'held' and not attisdropped) as current,"
+    " to_regclass('keel.outbox') and attname = 'held' and not attisdropped)"
+    " and to_regprocedure('keel.max_batch_items()') is not null as current,"
     " pg_catalog.clock_timestamp() as now, pg_catalog.pg_backend_pid() as pid"
 )
 # The sweep over keys with held messages (keel.promote_outbox_heads): at most every
@@ -305,8 +306,9 @@ class Relay:
             )
         if not row["current"]:
             raise AgentkeelError(
-                "the agentkeel schema is older than this relay (keel.outbox has no held "
-                "column, migration 0037): run `agentkeel migrate up` first",
+                "the agentkeel schema is older than this relay (no keel.outbox.held, "
+                "migration 0037, or no keel.max_batch_items()): run `agentkeel migrate up` "
+                "first",
                 ExitCode.SCHEMA_MISSING,
             )
         self.deaths_after = (row["now"], ZERO_UUID)
