@@ -7,6 +7,7 @@ import json
 
 import psycopg
 
+from agentkeel.bench import PAYLOAD_SHAPES
 from agentkeel.bench import run as run_policy
 from agentkeel.workloads import WORKLOAD_NAMES, run, summarize
 from conftest import run_agentkeel
@@ -89,6 +90,18 @@ def test_the_command_prints_the_table_and_json(migrated_db):
         ("reserve", "keel"),
     }
     assert document["summary"][0]["ratio"] > 0
+
+
+def test_the_payload_workload_times_the_check_on_each_shape(migrated_db):
+    """--workload payload: every shape is measured, is within the event payload limit (so
+    the whole check runs, no early refusal), and leaves nothing behind."""
+    result = run_agentkeel(
+        "bench", "--dsn", migrated_db, "--workload", "payload", "--format", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)["payload"]
+    assert [f["shape"] for f in figures] == [shape for shape, _ in PAYLOAD_SHAPES]
+    assert all(50_000 < f["bytes"] <= 65_536 and f["best_ms"] > 0 for f in figures)
 
 
 def test_plot_draws_a_png_and_the_runs_carry_their_storage_samples(migrated_db, tmp_path):

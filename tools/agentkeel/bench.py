@@ -297,3 +297,77 @@ def run_relay_bench(
             _remove_tenant(owner, tenant)
             _remove_tenant(owner, held)
             owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
+
+
+# -- the payload check ---------------------------------------------------------------
+
+# Shapes of about 64 KiB (the default limit of an event payload), built in the database:
+# (name, SQL expression of the jsonb value).
+PAYLOAD_SHAPES: tuple[tuple[str, str], ...] = (
+    (
+        "3,700 distinct ASCII keys",
+        "(select jsonb_object_agg('key_' || i, i) from generate_series(1, 3700) as i)",
+    ),
+    (
+        "1,700 small objects in an array",
+        "(select jsonb_agg(jsonb_build_object('id', i, 'kind', 'x', 'ok', true))"
+        " from generate_series(1, 1700) as i)",
+    ),
+    (
+        "60 keys of 1,000 characters",
+        "(select jsonb_object_agg(repeat('k', 1000) || i, i) from generate_series(1, 60) as i)",
+    ),
+    (
+        "10,000 numbers",
+        "(select jsonb_build_object('n', jsonb_agg(i)) from generate_series(1, 10000) as i)",
+    ),
+    (
+        "objects nested 63 deep",
+        "(select ('{\"a\":' || repeat('{\"b\":\"' || repeat('x', 900) || '\",\"c\":', 63)"
+        " || '1' || repeat('}', 63) || '}')::jsonb)",
+    ),
+    (
+        "3,000 distinct Cyrillic keys",
+        "(select jsonb_object_agg('ключ' || i, i) from generate_series(1, 3000) as i)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class PayloadMeasurement:
+    shape: str
+    bytes: int
+    best_ms: float
+
+
+def run_payload_bench(dsn: str, repeats: int = 5) -> list[PayloadMeasurement]:
+    """keel.check_payload on payloads of about 64 KiB of each shape, best of `repeats`,
+    timed around one statement whose payload is already in the server (a temporary
+    table): the check's cost, not the transfer's. Writes nothing that outlives it."""
+    results = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("create temporary table agentkeel_bench_payloads (shape text, v jsonb)")
+        for shape, expression in PAYLOAD_SHAPES:
+            conn.execute(
+                sql.SQL("insert into agentkeel_bench_payloads select %s, {}").format(
+                    sql.SQL(expression)
+                ),
+                (shape,),
+            )
+        for shape, _ in PAYLOAD_SHAPES:
+            row = conn.execute(
+                "select octet_length(v::text) from agentkeel_bench_payloads where shape = %s",
+                (shape,),
+            ).fetchone()
+            assert row is not None
+            best = float("inf")
+            for _ in range(repeats):
+                started = time.perf_counter()
+                conn.execute(
+                    "select keel.check_payload('bench', v, 'max_event_payload_bytes')"
+                    " from agentkeel_bench_payloads where shape = %s",
+                    (shape,),
+                )
+                best = min(best, time.perf_counter() - started)
+            results.append(PayloadMeasurement(shape, int(row[0]), best * 1000))
+    return results

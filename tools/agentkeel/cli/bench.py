@@ -36,9 +36,9 @@ from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
     "--workload",
     "workloads",
     multiple=True,
-    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay"]),
-    help="What to measure (repeatable). Default: every workload except empty-claim, policy"
-    " and relay.",
+    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay", "payload"]),
+    help="What to measure (repeatable). Default: every workload except empty-claim, policy,"
+    " relay and payload.",
 )
 @click.option(
     "--workers",
@@ -123,7 +123,9 @@ def bench(
     p50/p99 latency, the ratio to the floor and throughput per second. `--workload policy`
     measures what the tenant policy costs per statement and per row; `--workload relay` the
     relay's messages per second to a file and to NATS JetStream, at batch 1 and 100 (with
-    `--backlog N`, to a file again while N messages are held behind in-flight keys)."""
+    `--backlog N`, to a file again while N messages are held behind in-flight keys);
+    `--workload payload` what keel.check_payload costs on 64 KiB payloads of several
+    shapes."""
     counts = _worker_counts(workers)
     chosen = list(workloads) or list(DEFAULT_WORKLOADS)
     if sustained:
@@ -146,6 +148,9 @@ def bench(
         if "relay" in chosen:
             document["relay"] = _bench_relay(target, relay_messages, nats_url, backlog, as_json)
             chosen.remove("relay")
+        if "payload" in chosen:
+            document["payload"] = _bench_payload(target, as_json)
+            chosen.remove("payload")
         if not chosen:
             if as_json:
                 out.print_json(json.dumps(document))
@@ -339,6 +344,24 @@ def _worker_counts(text: str) -> list[int]:
     if not counts or any(n < 1 or n > 256 for n in counts):
         raise click.BadParameter("expected N or N,N,... with 1 <= N <= 256", param_hint="--workers")
     return counts
+
+
+def _bench_payload(target: str, as_json: bool) -> list[dict[str, Any]]:
+    """Measure the payload check; print its table unless as_json. Returns the figures."""
+    from agentkeel.bench import PAYLOAD_SHAPES, run_payload_bench
+
+    say_progress(f"the payload check: {len(PAYLOAD_SHAPES)} shapes of about 64 KiB, best of 5")
+    results = run_payload_bench(target)
+    figures = [
+        {"shape": m.shape, "bytes": m.bytes, "best_ms": round(m.best_ms, 2)} for m in results
+    ]
+    if as_json:
+        return figures
+    table = Table("shape", "bytes", "best ms", title="keel.check_payload, best of 5")
+    for m in results:
+        table.add_row(m.shape, f"{m.bytes:,}", f"{m.best_ms:.1f}")
+    out.print(table)
+    return figures
 
 
 def _bench_policy(target: str, rows: int, repeats: int, as_json: bool) -> list[dict[str, Any]]:
