@@ -68,9 +68,7 @@ begin
             errcode = '22K01',
             message = format('a %s step update carries a result, not an error', p_status);
     end if;
-    if p_actor is not null and char_length(p_actor) not between 1 and 200 then
-        raise exception using errcode = '22K01', message = 'actor must be 1 to 200 characters';
-    end if;
+    perform keel.check_actor(p_actor);
     perform keel.check_payload('session update result', p_result, 'max_session_update_bytes');
     perform keel.check_payload('session update error', p_error, 'max_session_update_bytes');
 

@@ -45,9 +45,7 @@ begin
         perform keel.set_tenant_context(p_tenant_id);
     end if;
     perform keel.require_tenant(p_tenant_id);
-    if p_actor is not null and char_length(p_actor) not between 1 and 200 then
-        raise exception using errcode = '22K01', message = 'actor must be 1 to 200 characters';
-    end if;
+    perform keel.check_actor(p_actor);
     if v_max < 0 then
         raise exception using
             errcode = '22K01',

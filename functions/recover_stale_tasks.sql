@@ -37,9 +37,7 @@ declare
     v_done integer := 0;
 begin
     perform keel.check_claim_limit(p_limit);
-    if p_actor is not null and char_length(p_actor) not between 1 and 200 then
-        raise exception using errcode = '22K01', message = 'actor must be 1 to 200 characters';
-    end if;
+    perform keel.check_actor(p_actor);
     perform keel.refuse_acting_for_none(v_context, 'Recover in a transaction of its own.');
     -- A caller may ask for fewer recoveries than the setting, never more: claims stop
     -- offering a task at the setting, and no worker decides that for every tenant.

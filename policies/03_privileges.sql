@@ -75,6 +75,7 @@ grant execute on function
 keel.claim_due_task(uuid, uuid, text, interval, text),
 keel.recover_stale_task(uuid, uuid, text, integer),
 keel.max_recovery_attempts(),
+keel.check_actor(text),
 keel.no_tenant(),
 keel.refuse_acting_for_none(uuid, text)
 to keel_worker;

@@ -37,6 +37,7 @@ with shipped (kind, identity, grantee, privilege) as (
     ('function', 'keel.bind_tenant_context()', 'keel_auditor', 'EXECUTE'),
     ('function', 'keel.bind_tenant_context()', 'keel_relay', 'EXECUTE'),
     ('function', 'keel.bind_tenant_context()', 'keel_worker', 'EXECUTE'),
+    ('function', 'keel.check_actor(text)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.check_claim_limit(integer)', 'keel_relay', 'EXECUTE'),
     ('function', 'keel.check_claim_limit(integer)', 'keel_worker', 'EXECUTE'),
     ('function', 'keel.check_lease_request(text,interval,timestamp with time zone)', 'keel_relay', 'EXECUTE'),

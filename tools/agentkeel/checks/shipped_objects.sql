@@ -14,6 +14,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.assert_outbox_claim(keel.outbox,bigint)'),
     ('function', 'keel.begin_step(uuid,uuid,text,text,bigint,interval)'),
     ('function', 'keel.bind_tenant_context()'),
+    ('function', 'keel.check_actor(text)'),
     ('function', 'keel.check_batch(jsonb,text[])'),
     ('function', 'keel.check_claim_limit(integer)'),
     ('function', 'keel.check_edge(keel.tasks,text)'),

@@ -51,6 +51,7 @@ declare
     v_done integer := 0;
 begin
     perform keel.check_claim_limit(p_limit);
+    perform keel.check_actor(p_actor);
     perform keel.refuse_acting_for_none(v_context, 'Recover in a transaction of its own.');
     loop
         perform keel.set_claim_scan(true);
