@@ -3,6 +3,7 @@ and leaves nothing behind."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -14,9 +15,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import conninfo, sql
+from rich.console import Console
 
 from agentkeel.exitcodes import ExitCode
 from agentkeel_conformance.mutations import BY_NAME, Mutation
+from agentkeel_conformance.plugin import guarantee_table
 from conftest import REPO, run_agentkeel
 
 
@@ -357,3 +360,17 @@ def test_an_experiment_that_could_not_be_set_up_reads_inconclusive_not_failed(
         result.stdout
     )
     assert verdicts(result.stdout)["G2"] == "partial (1 of 2 ran)"
+
+
+def test_a_long_verdict_stays_on_one_line_of_the_table():
+    """At the narrowest width the suite prints (100 columns, not a terminal), the title
+    wraps, never a verdict: 'partial (104 of' over '105 ran)' was read as no verdict."""
+    results = {
+        "G1": {f"t{i}": ("passed", "") for i in range(1003)} | {"s": ("skipped", "why")},
+        "G7": {"t": ("passed", "")},
+    }
+    rendered = io.StringIO()
+    Console(file=rendered, width=100, force_terminal=False).print(guarantee_table(results))
+    table = verdicts(rendered.getvalue())
+    assert table["G1"] == "partial (1003 of 1004 ran)", rendered.getvalue()
+    assert table["G7"] == "passed"
