@@ -371,6 +371,7 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., LoginRol
                     # database may let no one else in (database_connect). A role that
                     # may not grant it leaves the login to PUBLIC's CONNECT, if any.
                     with suppress(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                        lock_database_acl(conn)
                         conn.execute(
                             sql.SQL("grant connect on database {} to {}").format(
                                 sql.Identifier(conn.info.dbname), sql.Identifier(name)
@@ -390,12 +391,26 @@ def login_role(keel_dsn: str, owner_dsn: str) -> Iterator[Callable[..., LoginRol
     yield _login_role
     with suite_connect(owner_dsn, autocommit=True) as conn:
         for role in made.values():
-            conn.execute(
-                sql.SQL("revoke connect on database {} from {}").format(
-                    sql.Identifier(conn.info.dbname), sql.Identifier(role.name)
+            with conn.transaction():
+                lock_database_acl(conn)
+                conn.execute(
+                    sql.SQL("revoke connect on database {} from {}").format(
+                        sql.Identifier(conn.info.dbname), sql.Identifier(role.name)
+                    )
                 )
-            )
-            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role.name)))
+                conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(role.name)))
+
+
+# Serializes the suite's own GRANT/REVOKE CONNECT: PostgreSQL takes no lock on the
+# database's ACL, so two parallel workers changing it at once fail with "tuple
+# concurrently updated" (seen on the Citus cluster under -n 2), and a failed teardown
+# left its login roles behind. An advisory lock among the suite's own sessions only.
+DATABASE_ACL_LOCK = 0x616B5F61636C  # "ak_acl"
+
+
+def lock_database_acl(conn: psycopg.Connection) -> None:
+    """In the open transaction: wait until no other suite session changes the ACL."""
+    conn.execute("select pg_advisory_xact_lock(%s)", (DATABASE_ACL_LOCK,))
 
 
 @pytest.fixture(scope="session")
