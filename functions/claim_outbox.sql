@@ -1,13 +1,16 @@
 -- Outbox delivery (G6): a relay claims a batch of due messages of any tenant.
 -- agentkeel:allow citus.tenant_filter (the relay's one cross-tenant claim, replaced on Citus)
 -- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 2)
--- The shape of keel.claim_next_task: FOR UPDATE SKIP LOCKED scans over the claim index
--- (messages not held), oldest available_at first, each round after the last, with the
+-- The shape of keel.claim_next_task: FOR UPDATE SKIP LOCKED scans, with the
 -- scan_all_tenants flag on for those statements alone (policies outbox_claim_scan and
--- outbox_claim_lock). A row another transaction has
--- locked is skipped, never waited on and never allowed to hide the rows behind it, so no
--- tenant can keep the relay from another tenant's messages. No high-water mark: message
--- ids commit out of order, so every pending row is looked at, whatever its id.
+-- outbox_claim_lock). First the fair share: when several tenants have due messages, each
+-- gets up to an equal part of the batch, its oldest first (keel.outbox_tenants_due), so one
+-- tenant's flood does not stand in front of the others' messages. Then rounds over the
+-- claim index (messages not held), oldest available_at first, each after the last, for the
+-- rest of the batch. A row another transaction has locked is skipped, never waited on and
+-- never allowed to hide the rows behind it, so no tenant can keep the relay from another
+-- tenant's messages. No high-water mark: message ids commit out of order, so every pending
+-- row is looked at, whatever its id.
 create or replace function keel.claim_outbox(
     p_relay text,
     p_limit integer default 100,
@@ -48,13 +51,23 @@ declare
     v_ids uuid[];
     v_behind_tenants uuid[];
     v_behind_ids uuid[];
+    -- The fair share: the tenants with due messages (at most one per slot of the batch),
+    -- and how many of its oldest each may have in the first round.
+    v_due uuid[];
+    v_fair boolean;
+    v_share integer;
 begin
     v_expires := keel.check_lease_request(p_relay, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
+    perform keel.set_claim_scan(true);
+    v_due := keel.outbox_tenants_due(v_now, p_topic_prefix, p_limit);
+    perform keel.set_claim_scan(false);
+    v_fair := cardinality(v_due) > 1;
+    v_share := ceil(p_limit::numeric / greatest(cardinality(v_due), 1));
 
-    -- Rounds over the claim index, each after the last: every row a round sees leaves the
-    -- scan (claimed, dead, or held) or is passed for good (behind a message in flight), and
-    -- a claim comes back short only when nothing more is claimable.
+    -- The fair share, then rounds over the claim index, each after the last: every row a
+    -- round sees leaves the scan (claimed, dead, or held) or is passed for good (behind a
+    -- message in flight), and a claim comes back short only when nothing more is claimable.
     loop
         v_asked := p_limit - v_claimed;
         v_seen := 0;
@@ -101,26 +114,67 @@ begin
                         and (e.created_at, e.position, e.message_id)
                         < (o.created_at, o.position, o.message_id)
                 ) as behind_in_flight
-            from keel.outbox as o
-            where o.state = 'pending'
-                and o.available_at <= v_now
-                and (o.available_at, o.created_at, o.position, o.message_id)
-                > (v_after_at, v_after_created, v_after_position, v_after_id)
-                and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
-                -- The claim index holds no held message. `held` is decided without locks,
-                -- so a message written while another writer's first message of its key was
-                -- not yet committed is not held: the check above orders it, and this claim
-                -- holds it, so no claim reads it again until its key's head has gone.
-                and not o.held
-            order by o.available_at, o.created_at, o.position, o.message_id
-            limit v_asked
-            for update of o skip locked
+            from (
+                -- The first round, when several tenants have due messages: each one's
+                -- oldest v_share, one probe of its range of outbox_tenant_claimable_idx.
+                select f.*
+                from unnest(case when v_fair then v_due end) as t (tenant_id)
+                cross join lateral (
+                    select
+                        s.tenant_id,
+                        s.message_id,
+                        s.message_key,
+                        s.available_at,
+                        s.created_at,
+                        s.position
+                    from keel.outbox as s
+                    where s.tenant_id = t.tenant_id
+                        and s.state = 'pending'
+                        and not s.held
+                        and s.available_at <= v_now
+                        and (p_topic_prefix is null or starts_with(s.topic, p_topic_prefix))
+                    order by s.available_at, s.created_at, s.position, s.message_id
+                    limit v_share
+                    for update of s skip locked
+                ) as f
+                union all
+                -- Every other round: the claim index, oldest first, after the last round,
+                -- in this order (the loop below keeps where the round ended).
+                select g.*
+                from (
+                    select
+                        s.tenant_id,
+                        s.message_id,
+                        s.message_key,
+                        s.available_at,
+                        s.created_at,
+                        s.position
+                    from keel.outbox as s
+                    where not v_fair
+                        and s.state = 'pending'
+                        and s.available_at <= v_now
+                        and (s.available_at, s.created_at, s.position, s.message_id)
+                        > (v_after_at, v_after_created, v_after_position, v_after_id)
+                        and (p_topic_prefix is null or starts_with(s.topic, p_topic_prefix))
+                        -- The claim index holds no held message. `held` is decided without
+                        -- locks, so a message written while another writer's first message
+                        -- of its key was not yet committed is not held: the check above
+                        -- orders it, and this claim holds it, so no claim reads it again
+                        -- until its key's head has gone.
+                        and not s.held
+                    order by s.available_at, s.created_at, s.position, s.message_id
+                    limit v_asked
+                    for update of s skip locked
+                ) as g
+            ) as o
         loop
             v_seen := v_seen + 1;
-            v_after_at := v_row.available_at;
-            v_after_created := v_row.created_at;
-            v_after_position := v_row.position;
-            v_after_id := v_row.message_id;
+            if not v_fair then
+                v_after_at := v_row.available_at;
+                v_after_created := v_row.created_at;
+                v_after_position := v_row.position;
+                v_after_id := v_row.message_id;
+            end if;
             if v_row.head then
                 v_tenants := v_tenants || v_row.tenant_id;
                 v_ids := v_ids || v_row.message_id;
@@ -150,7 +204,10 @@ begin
         end loop;
         set local keel.outbox_delivery = off;
         exit when v_claimed >= p_limit;
-        if v_deaths > 0 then
+        if v_fair then
+            -- The rest of the batch from the oldest message of any tenant.
+            v_fair := false;
+        elsif v_deaths > 0 then
             -- A death made its key's next message claimable, maybe one this round passed:
             -- the next round starts from the beginning again (deaths are few).
             v_after_at := '-infinity';
@@ -165,4 +222,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, oldest first, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';
+'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Fair across tenants: when several tenants have due messages, each first gets up to an equal share of the batch (its oldest messages), found by keel.outbox_tenants_due; the rest of the batch is the oldest due messages of any tenant. Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';

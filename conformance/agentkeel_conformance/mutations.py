@@ -226,6 +226,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         caught_by="test_two_first_messages_of_a_key_written_at_once_are_claimed_one_at_a_time",
     ),
     Mutation(
+        name="claim_outbox_unfair",
+        guarantee="G6",
+        breaks="the claim serves the oldest messages of any tenant first, with no share",
+        file="claim_outbox.sql",
+        edits=(Edit(r"v_fair := cardinality\(v_due\) > 1;", "v_fair := false;", 1),),
+        caught_by="test_one_tenants_backlog_does_not_stand_in_front_of_another_tenants_message",
+    ),
+    Mutation(
         name="batch_bytes_unchecked",
         guarantee="G3",
         breaks="a batch of any size in bytes is run",

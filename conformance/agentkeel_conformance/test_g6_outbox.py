@@ -655,6 +655,21 @@ def test_a_tenant_holding_locks_on_its_messages_does_not_stall_another_tenants_c
         assert claim_ids(relay(), prefix, limit=1, lease=LONG) == [b_id]
 
 
+def test_one_tenants_backlog_does_not_stand_in_front_of_another_tenants_message(
+    make_tenant, keel, workflow, relay, prefix
+):
+    """Tenant A commits 300 messages, then tenant B one. The next claim of 10 holds B's
+    message: when several tenants have due messages, each gets its share of a claim before
+    any tenant gets more, so B waits for one claim, not behind A's backlog (30 claims).
+    Mutation: claim_outbox_unfair"""
+    a, b = make_tenant(), make_tenant()
+    write(keel, a, workflow, [{"topic": f"{prefix}a"} for _ in range(300)])
+    [b_id] = write(keel, b, workflow, [{"topic": f"{prefix}b"}])
+    got = claim_ids(relay(), prefix, limit=10, lease=LONG)
+    assert len(got) == 10
+    assert b_id in got, "tenant B's message waits behind tenant A's backlog"
+
+
 def test_outbox_status_counts_without_payloads(keel, tenant, workflow, relay, prefix):
     """No mutation: a read-only report for operators."""
     write(keel, tenant, workflow, [{"topic": f"{prefix}s"} for _ in range(3)])

@@ -1,0 +1,119 @@
+"""Fairness across tenants in the outbox claim (migration 0042, keel.outbox_tenants_due):
+when several tenants have due messages, each gets up to an equal share of a claim before
+any tenant gets more, so one tenant's flood does not stand in front of the others'
+messages; the rest of the batch is the oldest due messages of any tenant, so a claim still
+comes back short only when nothing more is due."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import psycopg
+
+from relay_services import Outbox
+
+FLOOD = 3000
+TUPLES = (
+    "select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)"
+    " from pg_stat_xact_user_tables where relid = 'keel.outbox'::regclass"
+)
+
+
+def topic() -> str:
+    return f"fair{uuid.uuid4().hex[:8]}"
+
+
+def flood(ob: Outbox, name: str, count: int) -> None:
+    """`count` keyless messages of one tenant, a thousand per transition (the cap)."""
+    while count > 0:
+        ob.commit(name, list(range(min(count, 1000))))
+        count -= 1000
+
+
+def claim(conn: psycopg.Connection, prefix: str, limit: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """(tenant, message) of each message one claim returns."""
+    return [
+        (r[0], r[1])
+        for r in conn.execute(
+            "select tenant_id, message_id from keel.claim_outbox('fair', %s, '1 hour', %s)",
+            (limit, prefix),
+        )
+    ]
+
+
+def test_a_message_written_after_another_tenants_flood_is_in_the_next_claim(migrated_db):
+    """Tenant A commits 3,000 messages, then B one. The next claim of 100 holds B's message
+    and 99 of A's. Fails on a claim that serves strictly oldest first (B's message waits
+    for 30 claims, behind all of A's)."""
+    name = topic()
+    a, b = Outbox.make(migrated_db), Outbox.make(migrated_db)
+    flood(a, f"{name}.a", FLOOD)
+    [late] = b.commit(f"{name}.b", [{"n": 1}])
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        got = claim(conn, f"{name}.", 100)
+    assert len(got) == 100
+    assert (b.tenant, uuid.UUID(late)) in got
+    assert Counter(t for t, _ in got) == {a.tenant: 99, b.tenant: 1}
+
+
+def test_each_tenant_with_due_messages_gets_an_equal_share(migrated_db):
+    """Three tenants with 3,000, 500 and 500 due messages: a claim of 90 takes 30 of each;
+    the next takes 30 of each again (A's flood is oldest, yet it never has more than its
+    share while the others have messages)."""
+    name = topic()
+    tenants = [Outbox.make(migrated_db) for _ in range(3)]
+    flood(tenants[0], f"{name}.a", FLOOD)
+    for ob in tenants[1:]:
+        ob.commit(f"{name}.x", list(range(500)))
+    want = {ob.tenant: 30 for ob in tenants}
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        assert Counter(t for t, _ in claim(conn, f"{name}.", 90)) == want
+        assert Counter(t for t, _ in claim(conn, f"{name}.", 90)) == want
+
+
+def test_a_tenant_with_less_than_its_share_leaves_the_rest_to_the_others(migrated_db):
+    """A has 3,000 messages, B 10: a claim of 100 returns all 10 of B's and 90 of A's, the
+    rest of the batch filled oldest first, so the claim is full while anything is due."""
+    name = topic()
+    a, b = Outbox.make(migrated_db), Outbox.make(migrated_db)
+    flood(a, f"{name}.a", FLOOD)
+    b.commit(f"{name}.b", list(range(10)))
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        assert Counter(t for t, _ in claim(conn, f"{name}.", 100)) == {a.tenant: 90, b.tenant: 10}
+
+
+def test_with_more_tenants_due_than_a_claim_takes_every_message_is_claimed_once(migrated_db):
+    """Twelve tenants with five messages each and claims of four: each claim takes one
+    message of each of four tenants (of as many as still have messages, when fewer do), and
+    fifteen claims take all sixty messages, each exactly once."""
+    name = topic()
+    tenants = [Outbox.make(migrated_db) for _ in range(12)]
+    written = {m for ob in tenants for m in ob.commit(f"{name}.x", list(range(5)))}
+    left = Counter({ob.tenant: 5 for ob in tenants})
+    seen: list[str] = []
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        for _ in range(15):
+            got = claim(conn, f"{name}.", 4)
+            assert len(got) == 4
+            assert len({t for t, _ in got}) == min(4, len(+left)), (got, left)
+            left.subtract(t for t, _ in got)
+            seen += [str(m) for _, m in got]
+        assert claim(conn, f"{name}.", 4) == []
+    assert sorted(seen) == sorted(written)
+
+
+def test_the_fair_share_reads_no_flood(migrated_db):
+    """With 3,000 of A's messages due, a claim of 100 that serves A and B reads a few
+    hundred outbox rows (the share and the rest of the batch), not A's flood."""
+    name = topic()
+    a, b = Outbox.make(migrated_db), Outbox.make(migrated_db)
+    flood(a, f"{name}.a", FLOOD)
+    b.commit(f"{name}.b", [{"n": 1}])
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("analyze keel.outbox")
+        with conn.transaction():
+            before = conn.execute(TUPLES).fetchone()[0]
+            assert len(claim(conn, f"{name}.", 100)) == 100
+            read = conn.execute(TUPLES).fetchone()[0] - before
+    assert read < 500, f"the claim read {read} outbox rows with {FLOOD} due"
