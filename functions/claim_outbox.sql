@@ -129,9 +129,10 @@ begin
                         s.position
                     from keel.outbox as s
                     where s.tenant_id = t.tenant_id
+                        -- "Due" as keel.outbox_tenants_due says it: only this index.
+                        and (s.tenant_id, s.available_at) <= (t.tenant_id, v_now)
                         and s.state = 'pending'
                         and not s.held
-                        and s.available_at <= v_now
                         and (p_topic_prefix is null or starts_with(s.topic, p_topic_prefix))
                     order by s.available_at, s.created_at, s.position, s.message_id
                     limit v_share

@@ -9,6 +9,7 @@ import psycopg
 
 from agentkeel.bench import PAYLOAD_SHAPES
 from agentkeel.bench import run as run_policy
+from agentkeel.bench_noisy import run_noisy_bench
 from agentkeel.workloads import WORKLOAD_NAMES, run, summarize
 from conftest import run_agentkeel
 
@@ -141,3 +142,16 @@ def test_a_bad_worker_list_is_a_usage_error(migrated_db):
     result = run_agentkeel("bench", "--dsn", migrated_db, "--workers", "0,x")
     assert result.returncode == 2
     assert "--workers" in result.stderr
+
+
+def test_the_noisy_workload_serves_the_other_tenant_and_leaves_nothing_behind(migrated_db):
+    """--workload noisy, at small sizes: B's task claims return B's tasks past A's locked
+    ones, and B's message comes with the first outbox claim after A's 500 (a claim that
+    serves oldest first needs six); nothing is left behind."""
+    before = leftovers(migrated_db)
+    results = run_noisy_bench(migrated_db, locked=(0, 500), due=(0, 500))
+    assert [(m.noise, m.claims_until_served) for m in results] == [
+        (0, 1), (500, 1), (0, 1), (500, 1)
+    ]  # fmt: skip
+    assert all(0 < m.p50_ms <= m.max_ms for m in results)
+    assert leftovers(migrated_db) == before

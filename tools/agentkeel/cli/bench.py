@@ -36,9 +36,9 @@ from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
     "--workload",
     "workloads",
     multiple=True,
-    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay", "payload"]),
+    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay", "payload", "noisy"]),
     help="What to measure (repeatable). Default: every workload except empty-claim, policy,"
-    " relay and payload.",
+    " relay, payload and noisy.",
 )
 @click.option(
     "--workers",
@@ -125,7 +125,8 @@ def bench(
     relay's messages per second to a file and to NATS JetStream, at batch 1 and 100 (with
     `--backlog N`, to a file again while N messages are held behind in-flight keys);
     `--workload payload` what keel.check_payload costs on 64 KiB payloads of several
-    shapes."""
+    shapes; `--workload noisy` what one tenant's load costs another's claims (tasks behind
+    another tenant's row locks, messages behind another tenant's flood)."""
     counts = _worker_counts(workers)
     chosen = list(workloads) or list(DEFAULT_WORKLOADS)
     if sustained:
@@ -151,6 +152,9 @@ def bench(
         if "payload" in chosen:
             document["payload"] = _bench_payload(target, as_json)
             chosen.remove("payload")
+        if "noisy" in chosen:
+            document["noisy"] = _bench_noisy(target, as_json)
+            chosen.remove("noisy")
         if not chosen:
             if as_json:
                 out.print_json(json.dumps(document))
@@ -360,6 +364,43 @@ def _bench_payload(target: str, as_json: bool) -> list[dict[str, Any]]:
     table = Table("shape", "bytes", "best ms", title="keel.check_payload, best of 5")
     for m in results:
         table.add_row(m.shape, f"{m.bytes:,}", f"{m.best_ms:.1f}")
+    out.print(table)
+    return figures
+
+
+def _bench_noisy(target: str, as_json: bool) -> list[dict[str, Any]]:
+    """Measure one tenant's load on another's claims; print the table unless as_json."""
+    from agentkeel.bench_noisy import CLAIMS, DUE_MESSAGES, LOCKED_ROWS, run_noisy_bench
+
+    say_progress(
+        f"noisy neighbours: tasks behind {', '.join(f'{n:,}' for n in LOCKED_ROWS)} locked rows,"
+        f" messages behind {', '.join(f'{n:,}' for n in DUE_MESSAGES)} due ones"
+    )
+    results = run_noisy_bench(target)
+    figures = [
+        {
+            "case": m.case,
+            "noise": m.noise,
+            "p50_ms": round(m.p50_ms, 2),
+            "max_ms": round(m.max_ms, 2),
+            "claims_until_served": m.claims_until_served,
+        }
+        for m in results
+    ]
+    if as_json:
+        return figures
+    table = Table(
+        "case",
+        "tenant A's rows",
+        "p50 ms",
+        "max ms",
+        "claims until B is served",
+        title=f"tenant B's claims while tenant A makes noise, {CLAIMS} claims each",
+    )
+    for m in results:
+        table.add_row(
+            m.case, f"{m.noise:,}", f"{m.p50_ms:.1f}", f"{m.max_ms:.1f}", str(m.claims_until_served)
+        )
     out.print(table)
     return figures
 
