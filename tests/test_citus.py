@@ -623,6 +623,76 @@ def test_the_recoverer_takes_over_an_expired_lease(cluster):
     assert [e.event_type for e in app.task_events(cluster.a, task.task_id)][-1] == "RECOVERED"
 
 
+def _claim_tries(cluster: Cluster) -> int:
+    """keel.claim_due_task calls on the workers so far (track_functions is on there)."""
+    return sum(
+        int(r or 0)
+        for r in _workers(
+            cluster,
+            "select sum(calls) from pg_stat_user_functions where funcname = 'claim_due_task'",
+        )
+    )
+
+
+def test_a_tenant_locking_its_due_tasks_costs_another_tenants_claim_few_tries(cluster):
+    """An open transaction holds locks on 2,000 of tenant A's due tasks, all older than
+    B's one. A worker's claim returns B's task after at most 32 tries of A's: each try is
+    keel.claim_due_task on a worker, a round trip, counted here by track_functions. Before,
+    the claim tried all 2,000 (about 2,000 round trips: seconds, minutes at 100,000).
+    (The tries are counted once both nodes have reported: at least one of A's and the
+    claim of B's.)"""
+    workflow = f"citus-noisy-{uuid.uuid4().hex[:6]}"
+    dbname = conninfo.conninfo_to_dict(cluster.admin)["dbname"]
+    with psycopg.connect(cluster.admin, autocommit=True) as admin:  # Citus passes it on
+        admin.execute(
+            sql.SQL("alter database {} set track_functions = 'pl'").format(
+                sql.Identifier(str(dbname))
+            )
+        )
+    assert _workers(cluster, "show track_functions") == ["pl", "pl"]
+    with psycopg.connect(cluster.admin, autocommit=True) as admin:
+        Keel(admin).define_workflow(workflow, 1, "queued", EDGES)
+        with admin.transaction():
+            set_tenant_context(admin, cluster.a)
+            admin.execute(
+                "insert into keel.tasks (tenant_id, workflow, workflow_version, state, wake_at)"
+                " select %s, %s, 1, 'queued', now() - interval '1 hour'"
+                " from generate_series(1, 2000)",
+                (cluster.a, workflow),
+            )
+        b_task = cluster.keel("keel_app").create_task(cluster.b, workflow, 1)
+        try:
+            with psycopg.connect(cluster.admin) as holder:
+                set_tenant_context(holder, cluster.a)
+                locked = holder.execute(
+                    "select count(*) from (select 1 from keel.tasks where tenant_id = %s"
+                    " and workflow = %s for update) as l",
+                    (cluster.a, workflow),
+                ).fetchone()
+                assert locked == (2000,)
+                before = _claim_tries(cluster)
+                with psycopg.connect(cluster.logins["keel_worker"], autocommit=True) as worker:
+                    claimed = worker.execute(
+                        "select tenant_id, task_id"
+                        " from keel.claim_next_task('noisy', '1 minute', %s)",
+                        (workflow,),
+                    ).fetchall()
+                assert claimed == [(cluster.b, b_task.task_id)]
+                deadline = time.monotonic() + 60
+                while (tries := _claim_tries(cluster) - before) < 2:
+                    assert time.monotonic() < deadline, "no claim_due_task call was counted"
+                    time.sleep(0.2)
+                holder.rollback()
+            assert tries <= 33, f"{tries} tries of tenant A's locked tasks for one claim"
+        finally:
+            for tenant in (cluster.a, cluster.b):
+                with admin.transaction():
+                    set_tenant_context(admin, tenant)
+                    admin.execute("set local keel.purge = on")
+                    admin.execute("delete from keel.tasks where workflow = %s", (workflow,))
+            admin.execute("delete from keel.workflows where workflow = %s", (workflow,))
+
+
 def test_the_watchdog_ends_an_agent_that_lifted_its_limits_on_every_node(cluster):
     """`agentkeel watchdog` against the coordinator ends an agent's backend there that sits
     in a transaction past its cap (with its own timeouts at 0), and so the connections

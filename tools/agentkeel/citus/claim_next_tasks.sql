@@ -16,6 +16,10 @@
 -- A candidate someone else has locked or claimed meanwhile is skipped, never waited on;
 -- the next batch is scanned until p_limit are claimed or none is left, so a tenant holding
 -- locks on any number of its due rows cannot keep the claim from another tenant's task.
+-- Each try is a round trip to a worker, so a tenant with v_batch candidates in a row that
+-- could not be claimed is passed over for the rest of the call: an open transaction that
+-- locks 100,000 of one tenant's due tasks cost every claim 100,000 round trips (minutes);
+-- now at most v_batch. The tenant's other due tasks wait for the next call.
 create or replace function keel.claim_next_tasks(
     p_owner text,
     p_limit integer default 100,
@@ -50,6 +54,9 @@ declare
     v_claimed integer := 0;
     v_claimed_tenant uuid;
     v_claimed_tenants integer := 0;
+    -- Tenants passed over for the rest of the call, and each tenant's failed tries so far.
+    v_passed uuid[] := '{}';
+    v_failures jsonb := '{}';
     v_max_recoveries integer := keel.max_recovery_attempts();
     v_context uuid := keel.current_tenant();
 begin
@@ -72,6 +79,7 @@ begin
                 and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
                 -- A transaction that already acts for a tenant claims only its tasks.
                 and (v_context is null or t.tenant_id = v_context)
+                and t.tenant_id <> all(v_passed)
                 and (
                     (v_tie is null and t.wake_at > v_after)
                     or (
@@ -85,6 +93,7 @@ begin
         perform keel.set_claim_scan(false);
         v_count := coalesce(array_length(v_tenants, 1), 0);
         for v_i in 1 .. v_count loop
+            continue when v_tenants[v_i] = any(v_passed);
             v_tried := v_tried || (v_tenants[v_i]::text || '/' || v_tasks[v_i]::text);
             select c.* into v_task
             from keel.claim_due_task(v_tenants[v_i], v_tasks[v_i], p_owner, p_lease, p_workflow) as c;
@@ -96,6 +105,15 @@ begin
                     v_claimed_tenants := v_claimed_tenants + 1;
                 end if;
                 exit when v_claimed >= p_limit;
+            else
+                v_failures := jsonb_set(
+                    v_failures,
+                    array[v_tenants[v_i]::text],
+                    to_jsonb(coalesce((v_failures ->> v_tenants[v_i]::text)::integer, 0) + 1)
+                );
+                if (v_failures ->> v_tenants[v_i]::text)::integer >= v_batch then
+                    v_passed := v_passed || v_tenants[v_i];
+                end if;
             end if;
         end loop;
         exit when v_claimed >= p_limit;
@@ -122,4 +140,4 @@ end;
 $$;
 
 comment on function keel.claim_next_tasks(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant as the calling worker login and then keel.claim_due_task for each candidate, on its tenant''s node. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist. In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due.';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant as the calling worker login and then keel.claim_due_task for each candidate, on its tenant''s node. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist, except that a tenant with 32 candidates that could not be claimed in one call is passed over for the rest of that call (each try is a round trip to a worker). In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due.';

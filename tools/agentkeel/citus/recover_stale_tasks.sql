@@ -49,6 +49,12 @@ declare
     v_count integer;
     v_row record;
     v_done integer := 0;
+    -- As in the Citus keel.claim_next_tasks: a tenant with v_batch candidates that could
+    -- not be taken over (locked by an open transaction, each try a round trip) is passed
+    -- over for the rest of the call.
+    v_passed uuid[] := '{}';
+    v_failures jsonb := '{}';
+    v_taken boolean;
 begin
     perform keel.check_claim_limit(p_limit);
     perform keel.check_actor(p_actor);
@@ -67,6 +73,7 @@ begin
                 and t.lease_expires_at <= v_now
                 and (p_workflow is null or t.workflow = p_workflow)
                 and (v_context is null or t.tenant_id = v_context)
+                and t.tenant_id <> all(v_passed)
                 and (
                     (v_tie is null and t.lease_expires_at > v_after)
                     or (
@@ -80,7 +87,9 @@ begin
         perform keel.set_claim_scan(false);
         v_count := coalesce(array_length(v_tenants, 1), 0);
         for i in 1 .. v_count loop
+            continue when v_tenants[i] = any(v_passed);
             v_tried := v_tried || (v_tenants[i]::text || '/' || v_tasks[i]::text);
+            v_taken := false;
             for v_row in
                 select r.*
                 from keel.recover_stale_task(v_tenants[i], v_tasks[i], p_actor, p_max_attempts) as r
@@ -95,7 +104,18 @@ begin
                 lease_expired_at := v_row.lease_expired_at;
                 return next;
                 v_done := v_done + 1;
+                v_taken := true;
             end loop;
+            if not v_taken then
+                v_failures := jsonb_set(
+                    v_failures,
+                    array[v_tenants[i]::text],
+                    to_jsonb(coalesce((v_failures ->> v_tenants[i]::text)::integer, 0) + 1)
+                );
+                if (v_failures ->> v_tenants[i]::text)::integer >= v_batch then
+                    v_passed := v_passed || v_tenants[i];
+                end if;
+            end if;
             exit when v_done >= p_limit;
         end loop;
         exit when v_done >= p_limit;
@@ -119,4 +139,4 @@ end;
 $$;
 
 comment on function keel.recover_stale_tasks(integer, text, text, integer) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): the recoverer (G5). Takes over up to p_limit (1 to settings.max_batch_items) tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow, by an unlocked candidate scan as the worker login and then keel.recover_stale_task for each candidate on its tenant''s node; rows locked by other transactions are skipped. Each takeover is what keel.recover_stale_task does: one RECOVERED or RECOVERY_EXHAUSTED event. Returns one row per task handled.';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): the recoverer (G5). Takes over up to p_limit (1 to settings.max_batch_items) tasks of any tenant (of the transaction''s tenant when it has a context) whose lease expired unreleased, oldest expiry first, optionally of one workflow, by an unlocked candidate scan as the worker login and then keel.recover_stale_task for each candidate on its tenant''s node; rows locked by other transactions are skipped, and a tenant with 32 candidates that could not be taken over in one call is passed over for the rest of that call. Each takeover is what keel.recover_stale_task does: one RECOVERED or RECOVERY_EXHAUSTED event. Returns one row per task handled.';
