@@ -94,6 +94,8 @@ begin
             'reused'::text, v_reservation.operation_id, v_reservation.attempts,
             v_reservation.result, null::jsonb, null::timestamptz;
     elsif v_reservation.outcome = 'reserved' then
+        -- A new attempt: within the task's quota, or nothing (the reservation with it).
+        perform keel.check_quota(p_tenant_id, p_task_id, 'max_task_step_attempts', 1);
         insert into keel.step_attempts (
             tenant_id, task_id, step_key, attempt, operation_id, input_hash, status,
             fencing_token, started_at

@@ -98,6 +98,15 @@ begin
             hint = 'Fetch the active key with keel.tenant_data_key, or add one with keel.add_tenant_data_key.';
     end if;
 
+    -- A retried save of a stored checkpoint is answered below, whatever the quota.
+    if not exists (
+        select 1
+        from keel.checkpoints as c
+        where c.tenant_id = p_tenant_id and c.checkpoint_id = p_checkpoint_id
+    ) then
+        perform keel.check_quota(p_tenant_id, p_task_id, 'max_task_checkpoints', 1);
+    end if;
+
     select coalesce(max(c.seq), 0) + 1 into v_seq
     from keel.checkpoints as c
     where c.tenant_id = p_tenant_id and c.task_id = p_task_id;

@@ -11,6 +11,11 @@ declare
     v_message jsonb;
     v_position integer := 0;
 begin
+    if jsonb_array_length(p_messages) > 0 then
+        perform keel.check_quota(
+            p_task.tenant_id, null, 'max_tenant_pending_messages', jsonb_array_length(p_messages)
+        );
+    end if;
     -- One single-row insert per message: an INSERT ... SELECT into a distributed table
     -- is shipped with COPY on Citus, which row-level security refuses.
     for v_message in select m.value from jsonb_array_elements(p_messages) as m (value) loop
@@ -53,4 +58,4 @@ end;
 $$;
 
 comment on function keel.write_outbox(keel.tasks, jsonb, timestamptz) is
-'Writes the messages p_messages (checked by keel.check_outbox_messages and keel.check_payload) for the event the caller has just appended to task p_task (event_seq = p_task.last_event_seq, positions 1..n in array order), available at p_at; a keyed message behind a pending one of its key is written held. NOTIFY keel_outbox when it wrote any. Returns how many it wrote. Shared by keel.transition_task; not granted to any role.';
+'Writes the messages p_messages (checked by keel.check_outbox_messages and keel.check_payload) for the event the caller has just appended to task p_task (event_seq = p_task.last_event_seq, positions 1..n in array order), available at p_at, within the tenant''s max_tenant_pending_messages (keel.check_quota); a keyed message behind a pending one of its key is written held. NOTIFY keel_outbox when it wrote any. Returns how many it wrote. Shared by keel.transition_task; not granted to any role.';

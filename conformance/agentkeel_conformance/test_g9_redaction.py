@@ -6,15 +6,20 @@ never echoing the value."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
+from agentkeel.checkpoints import StaticKeyProvider
 from agentkeel.client import Keel
 from agentkeel.errors import PayloadRejected, QuotaExceeded
 from agentkeel.sessions import Sessions
+from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G9")
@@ -301,3 +306,86 @@ def test_a_session_takes_step_updates_up_to_its_quota_and_then_none(connect, ten
     assert tenant_snapshot(owner, tenant) == before, "a refused update wrote something"
     loaded = sessions.load(tenant, session_id)
     assert loaded is not None and set(loaded.steps) == {"a", "b"}
+
+
+def set_quota(owner: Any, tenant: uuid.UUID, setting: str, value: int | None) -> None:
+    """The owner's keel.set_tenant_quota, in the tenant's context."""
+    with in_tenant(owner, tenant):
+        owner.execute("select keel.set_tenant_quota(%s, %s, %s)", (tenant, setting, value))
+
+
+def test_a_tenant_writes_pending_messages_up_to_its_own_quota_and_then_none(
+    connect, keel, make_tenant, workflow
+):
+    """The owner gives tenant A a limit of its own: 5 pending outbox messages
+    (keel.set_tenant_quota; the default for every tenant, settings.max_tenant_pending_messages,
+    is 100,000). A's transitions write 3 messages, then 2; the next, with 1 more, is refused
+    with quota_exceeded (54K01) and writes nothing, not even its event. Tenant B, without a
+    limit of its own, writes 6 at once. With A's limit removed by the owner, A writes again.
+    No mutation: the generated mutants disable each quota check (tests/test_mutants.py)."""
+    a, b = make_tenant(), make_tenant()
+    owner = connect(owner=True)
+    set_quota(owner, a, "max_tenant_pending_messages", 5)
+
+    def transition(tenant: uuid.UUID, messages: int) -> None:
+        task = keel.create_task(tenant, workflow.name, workflow.version)
+        keel.transition_task(
+            tenant, task.task_id, 1, "running", outbox=[{"topic": "quota"}] * messages
+        )
+
+    transition(a, 3)
+    transition(a, 2)
+    task = keel.create_task(a, workflow.name, workflow.version)
+    before = tenant_snapshot(owner, a)
+    with pytest.raises(QuotaExceeded) as info:
+        keel.transition_task(a, task.task_id, 1, "running", outbox=[{"topic": "quota"}])
+    assert info.value.sqlstate == "54K01"
+    assert "pending outbox messages" in info.value.message
+    assert tenant_snapshot(owner, a) == before, "a refused transition wrote something"
+    transition(b, 6)
+    set_quota(owner, a, "max_tenant_pending_messages", None)
+    keel.transition_task(a, task.task_id, 1, "running", outbox=[{"topic": "quota"}])
+
+
+def test_a_task_saves_checkpoints_and_opens_step_attempts_up_to_its_quota(
+    connect, keel, tenant, new_task
+):
+    """The owner gives the tenant limits of its own: 2 checkpoints and 2 step attempts a
+    task (defaults 10,000 each). A task saves two checkpoints and opens two steps; the
+    third of each is refused with quota_exceeded (54K01) and writes nothing. Beginning a
+    step that is already open is no new attempt, and is still answered.
+    No mutation: the generated mutants disable each quota check (tests/test_mutants.py)."""
+    owner = connect(owner=True)
+    set_quota(owner, tenant, "max_task_checkpoints", 2)
+    set_quota(owner, tenant, "max_task_step_attempts", 2)
+    ledger = Keel(connect(), key_provider=StaticKeyProvider(os.urandom(32)))
+    task = new_task()
+    token = ledger.claim_lease(tenant, task.task_id, "quota", timedelta(minutes=5)).fencing_token
+    for n in (1, 2):
+        ledger.save_checkpoint(tenant, task.task_id, token, "INPUT", {"n": n})
+        keel.begin_step(tenant, task.task_id, f"step-{n}", "0" * 64, token)
+    before = tenant_snapshot(owner, tenant)
+    with pytest.raises(QuotaExceeded) as info:
+        ledger.save_checkpoint(tenant, task.task_id, token, "INPUT", {"n": 3})
+    assert "checkpoints of task" in info.value.message
+    with pytest.raises(QuotaExceeded) as info:
+        keel.begin_step(tenant, task.task_id, "step-3", "0" * 64, token)
+    assert "step attempts of task" in info.value.message
+    assert tenant_snapshot(owner, tenant) == before, "a refused save or step wrote something"
+    again = keel.begin_step(tenant, task.task_id, "step-1", "0" * 64, token)
+    assert again.outcome == "in_progress"
+
+
+@pytest.mark.parametrize("role", ["keel_app", "keel_worker", "keel_agent", "keel_relay"])
+def test_no_application_login_may_set_a_tenants_quota(login_role, tenant, role):
+    """keel.set_tenant_quota is the owner's alone: an agent or an application could
+    otherwise lift its own limits.
+    No mutation: a grant, which agentkeel check's shipped-grants rule compares."""
+    conn = suite_connect(login_role(role).dsn, autocommit=True)
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                "select keel.set_tenant_quota(%s, 'max_task_checkpoints', 1000000)", (tenant,)
+            )
+    finally:
+        conn.close()

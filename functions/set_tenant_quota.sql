@@ -1,0 +1,44 @@
+-- Quotas: the owner sets (or, with null, removes) one tenant's own limit.
+create or replace function keel.set_tenant_quota(
+    p_tenant_id uuid,
+    p_setting text,
+    p_value bigint
+)
+returns keel.tenant_quotas
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_quota keel.tenant_quotas;
+begin
+    perform keel.require_tenant(p_tenant_id);
+    if p_setting is null
+        or p_setting not in (
+            'max_tenant_pending_messages', 'max_task_checkpoints', 'max_task_step_attempts'
+        ) then
+        raise exception using
+            errcode = '22K01',
+            message = format('no per-tenant quota %s', coalesce(p_setting, 'null')),
+            hint = 'One of max_tenant_pending_messages, max_task_checkpoints, max_task_step_attempts.';
+    end if;
+    if p_value is null then
+        delete from keel.tenant_quotas as q
+        where q.tenant_id = p_tenant_id and q.setting = p_setting
+        returning q.* into v_quota;
+    elsif p_value not between 0 and 1000000000 then
+        raise exception using errcode = '22K01', message = 'a quota must be 0 to 1,000,000,000';
+    else
+        insert into keel.tenant_quotas as q (tenant_id, setting, value)
+        values (p_tenant_id, p_setting, p_value)
+        on conflict on constraint tenant_quotas_pkey
+        do update set value = excluded.value, updated_at = now()
+        returning q.* into v_quota;
+    end if;
+    return v_quota;
+end;
+$$;
+
+comment on function keel.set_tenant_quota(uuid, text, bigint) is
+'Sets tenant p_tenant_id''s own limit p_setting (max_tenant_pending_messages, max_task_checkpoints or max_task_step_attempts) to p_value, in place of the keel.settings row for that tenant alone; null removes it. Returns the row written, or the one removed (null when there was none). Needs the tenant''s context (keel.set_tenant_context). The owner''s alone: not granted to any role, so no application role, agent or worker can raise its own limit.';
