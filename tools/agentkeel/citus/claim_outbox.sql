@@ -5,12 +5,13 @@
 -- and which, as a SECURITY DEFINER function on the coordinator, would reach the workers as
 -- its owner (keel_owner may not log in on a cluster). Callers do not change.
 -- SECURITY INVOKER: everything it does on the workers runs as the relay's own login.
---   1. An unlocked candidate scan over every tenant, a batch at a time: a multi-shard SELECT
---      of message metadata (keel_relay may read those columns of every tenant, never
---      payloads: policy outbox_relay_scan, column grants). The first batch is fair across
---      tenants: each tenant's oldest due message, then each one's second, and so on (a
---      rank within its tenant, computed on the tenant's shard); the later ones oldest
---      available_at first.
+--   1. The fair share, when several tenants have due messages: which tenants have them (a
+--      multi-shard SELECT DISTINCT, which each shard answers from its part of
+--      outbox_tenant_claimable_idx), then each one's oldest share of the batch (a query on
+--      its own shard). Then an unlocked candidate scan over every tenant, oldest
+--      available_at first, a batch at a time, for the rest: a multi-shard SELECT of
+--      message metadata (keel_relay may read those columns of every tenant, never
+--      payloads: policy outbox_relay_scan, column grants).
 --   2. For each candidate, keel.claim_due_message on the node that holds its tenant, which
 --      locks it with SKIP LOCKED and rechecks that it is still pending, due and the oldest
 --      pending message of its key.
@@ -47,59 +48,86 @@ declare
     v_count integer;
     v_message keel.outbox;
     v_claimed integer := 0;
-    -- The first round ranks the candidates within their tenants.
-    v_fair boolean := true;
+    v_due uuid[];
+    v_share integer;
 begin
     perform keel.check_lease_request(p_relay, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
-    loop
-        select
-            array_agg(c.tenant_id order by c.place, c.available_at),
-            array_agg(c.message_id order by c.place, c.available_at),
-            array_agg(c.available_at order by c.place, c.available_at)
-        into v_tenants, v_ids, v_availables
-        from (
-            select r.tenant_id, r.message_id, r.available_at, r.place
+    -- The fair share. The tenants come from a distinct scan of each shard's claimable
+    -- messages (it reads each due message's index entry once: what a flood costs here,
+    -- against a loose scan on PostgreSQL); their candidates from one query per tenant.
+    select array_agg(d.tenant_id) into v_due
+    from (
+        select distinct o.tenant_id
+        from keel.outbox as o
+        where o.state = 'pending'
+            and not o.held
+            and o.available_at <= v_now
+            and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+        limit p_limit
+    ) as d;
+    if cardinality(v_due) > 1 then
+        v_share := ceil(p_limit::numeric / cardinality(v_due));
+        for i in 1 .. cardinality(v_due) loop
+            select array_agg(c.message_id order by c.available_at, c.created_at, c.position)
+            into v_ids
             from (
-                select
-                    o.tenant_id,
-                    o.message_id,
-                    o.available_at,
-                    -- The fair round's order: a message's place among its tenant's due
-                    -- messages (every place is 1 in the other rounds).
-                    case when v_fair then
-                        row_number() over (
-                            partition by o.tenant_id
-                            order by o.available_at, o.created_at, o.position, o.message_id
-                        )
-                    else 1 end as place
+                select o.message_id, o.available_at, o.created_at, o.position
                 from keel.outbox as o
-                where o.state = 'pending'
+                where o.tenant_id = v_due[i]
+                    and o.state = 'pending'
+                    and not o.held
                     and o.available_at <= v_now
                     and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
-                    and not o.held
-                    and (
-                        o.message_key is null
-                        or not exists (
-                            select 1
-                            from keel.outbox as e
-                            where e.tenant_id = o.tenant_id
-                                and e.message_key = o.message_key
-                                and e.state = 'pending'
-                                and (e.created_at, e.position, e.message_id)
-                                < (o.created_at, o.position, o.message_id)
-                        )
+                order by o.available_at, o.created_at, o.position, o.message_id
+                limit v_share
+            ) as c;
+            for j in 1 .. coalesce(cardinality(v_ids), 0) loop
+                select c.* into v_message
+                from keel.claim_due_message(v_due[i], v_ids[j], p_relay, p_lease, p_topic_prefix) as c;
+                if v_message.message_id is not null then
+                    return next v_message;
+                    v_claimed := v_claimed + 1;
+                end if;
+            end loop;
+        end loop;
+        if v_claimed >= p_limit then
+            return;
+        end if;
+    end if;
+    loop
+        select
+            array_agg(c.tenant_id order by c.available_at),
+            array_agg(c.message_id order by c.available_at),
+            array_agg(c.available_at order by c.available_at)
+        into v_tenants, v_ids, v_availables
+        from (
+            select o.tenant_id, o.message_id, o.available_at
+            from keel.outbox as o
+            where o.state = 'pending'
+                and o.available_at <= v_now
+                and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
+                and not o.held
+                and (
+                    o.message_key is null
+                    or not exists (
+                        select 1
+                        from keel.outbox as e
+                        where e.tenant_id = o.tenant_id
+                            and e.message_key = o.message_key
+                            and e.state = 'pending'
+                            and (e.created_at, e.position, e.message_id)
+                            < (o.created_at, o.position, o.message_id)
                     )
-                    and (
-                        v_fair
-                        or (v_tie is null and o.available_at > v_after)
-                        or (
-                            o.available_at = v_tie
-                            and o.tenant_id::text || '/' || o.message_id::text <> all(v_tried)
-                        )
+                )
+                and (
+                    (v_tie is null and o.available_at > v_after)
+                    or (
+                        o.available_at = v_tie
+                        and o.tenant_id::text || '/' || o.message_id::text <> all(v_tried)
                     )
-            ) as r
-            order by r.place, r.available_at
+                )
+            order by o.available_at
             limit case when v_tie is null then v_round end
         ) as c;
         v_count := coalesce(array_length(v_tenants, 1), 0);
@@ -114,11 +142,7 @@ begin
             end if;
         end loop;
         exit when v_claimed >= p_limit;
-        if v_fair then
-            -- The rest of the batch oldest first, from the beginning.
-            v_fair := false;
-            v_tried := '{}';
-        elsif v_tie is not null then
+        if v_tie is not null then
             v_after := v_tie;
             v_tie := null;
             v_tried := '{}';
@@ -132,4 +156,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: the first candidates are each tenant''s oldest due message, then each one''s second, and so on; the rest of the batch the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: when several tenants have due messages, each first gets up to an equal share of the batch (its oldest), the rest of the batch the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
