@@ -62,7 +62,9 @@ begin
     perform keel.set_claim_scan(true);
     v_due := keel.outbox_tenants_due(v_now, p_topic_prefix, p_limit);
     perform keel.set_claim_scan(false);
-    v_fair := cardinality(v_due) > 1;
+    -- Also for one tenant: a claim of one message serves the tenant the scan started at
+    -- (a random one), not the oldest message of any tenant.
+    v_fair := cardinality(v_due) >= 1;
     v_share := ceil(p_limit::numeric / greatest(cardinality(v_due), 1));
 
     -- The fair share, then rounds over the claim index, each after the last: every row a
@@ -115,8 +117,8 @@ begin
                         < (o.created_at, o.position, o.message_id)
                 ) as behind_in_flight
             from (
-                -- The first round, when several tenants have due messages: each one's
-                -- oldest v_share, one probe of its range of outbox_tenant_claimable_idx.
+                -- The first round: each tenant's oldest v_share, one probe of its range
+                -- of outbox_tenant_claimable_idx.
                 select f.*
                 from unnest(case when v_fair then v_due end) as t (tenant_id)
                 cross join lateral (

@@ -56,7 +56,9 @@ begin
     -- The fair share. The tenants come from a distinct scan of each shard's claimable
     -- messages (it reads each due message's index entry once: what a flood costs here,
     -- against a loose scan on PostgreSQL); their candidates from one query per tenant.
-    select array_agg(d.tenant_id) into v_due
+    -- In random order: when more tenants are due than the batch has slots (or the batch is
+    -- one message), no tenant is always the one served.
+    select array_agg(d.tenant_id order by random()) into v_due
     from (
         select distinct o.tenant_id
         from keel.outbox as o
@@ -64,9 +66,9 @@ begin
             and not o.held
             and o.available_at <= v_now
             and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
-        limit p_limit
     ) as d;
-    if cardinality(v_due) > 1 then
+    v_due := v_due[1:p_limit];
+    if cardinality(v_due) >= 1 then
         v_share := ceil(p_limit::numeric / cardinality(v_due));
         for i in 1 .. cardinality(v_due) loop
             select array_agg(c.message_id order by c.available_at, c.created_at, c.position)
