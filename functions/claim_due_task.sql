@@ -37,16 +37,32 @@ begin
     perform keel.require_tenant(p_tenant_id);
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     v_max_recoveries := keel.max_recovery_attempts();
-    select t.* into v_task
-    from keel.tasks as t
-    where t.tenant_id = p_tenant_id
-        and t.task_id = p_task_id
-        and t.wake_at <= v_now
-        and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
-        and (p_workflow is null or t.workflow = p_workflow)
-        -- A lease that expired unreleased as often as allowed: the recoverer's to fail.
-        and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
-    for update skip locked;
+    if p_task_id is not null then
+        select t.* into v_task
+        from keel.tasks as t
+        where t.tenant_id = p_tenant_id
+            and t.task_id = p_task_id
+            and t.wake_at <= v_now
+            and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
+            and (p_workflow is null or t.workflow = p_workflow)
+            -- A lease that expired unreleased as often as allowed: the recoverer's to fail.
+            and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
+        for update skip locked;
+    else
+        -- No task named: the tenant's longest-due one that is not locked, found on this
+        -- node past any number of locked ones (the Citus claim, for a tenant whose
+        -- candidates it could not take one by one).
+        select t.* into v_task
+        from keel.tasks as t
+        where t.tenant_id = p_tenant_id
+            and t.wake_at <= v_now
+            and (t.lease_expires_at is null or t.lease_expires_at <= v_now)
+            and (p_workflow is null or t.workflow = p_workflow)
+            and (t.lease_owner is null or t.recovery_attempts < v_max_recoveries)
+        order by t.wake_at
+        limit 1
+        for update skip locked;
+    end if;
     if found then
         return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
     end if;
@@ -57,4 +73,4 @@ end;
 $$;
 
 comment on function keel.claim_due_task(uuid, uuid, text, interval, text) is
-'Leases the task to p_owner for p_lease (at most 7 days) with its next fencing token and returns it, if it is still due (wake_at <= now, no valid lease, of p_workflow when given, not at the recovery maximum); returns no row when another transaction holds it locked or it is not claimable, and never waits. A transaction that had no tenant context has none afterwards. The per-tenant step of the Citus variant of keel.claim_next_tasks (G5).';
+'Leases the task to p_owner for p_lease (at most 7 days) with its next fencing token and returns it, if it is still due (wake_at <= now, no valid lease, of p_workflow when given, not at the recovery maximum); returns no row when another transaction holds it locked or it is not claimable, and never waits. With p_task_id null, the tenant''s longest-due claimable task that no transaction holds locked. A transaction that had no tenant context has none afterwards. The per-tenant step of the Citus variant of keel.claim_next_tasks (G5).';

@@ -197,6 +197,8 @@ begin
             where o.tenant_id = v_behind_tenants[i] and o.message_id = v_behind_ids[i];
         end loop;
         for i in 1 .. coalesce(array_length(v_ids, 1), 0) loop
+            -- The shares, rounded up, may add up to a few more than the batch.
+            exit when v_claimed >= p_limit;
             v_message := keel.claim_locked_message(v_tenants[i], v_ids[i], p_relay, v_now, v_expires);
             if v_message.message_id is not null then
                 v_claimed := v_claimed + 1;

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 
 import psycopg
+import pytest
 
+import citus_cluster
 from relay_services import Outbox
 
 FLOOD = 3000
@@ -18,6 +21,22 @@ TUPLES = (
     "select coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)"
     " from pg_stat_xact_user_tables where relid = 'keel.outbox'::regclass"
 )
+
+
+@pytest.fixture(scope="module")
+def citus_outbox_db(citus_admin_dsn: str) -> Iterator[str]:
+    """One distributed database for this module's tests on the Citus cluster."""
+    with citus_cluster.fresh_database(citus_admin_dsn) as dsn:
+        citus_cluster.migrate_and_distribute(dsn)
+        yield dsn
+
+
+@pytest.fixture(params=["postgresql", pytest.param("citus", marks=pytest.mark.citus)])
+def outbox_db(request: pytest.FixtureRequest) -> str:
+    """A migrated database, and the same on the Citus cluster (its own claim variant)."""
+    if request.param == "citus":
+        return str(request.getfixturevalue("citus_outbox_db"))
+    return str(request.getfixturevalue("migrated_db"))
 
 
 def topic() -> str:
@@ -42,57 +61,70 @@ def claim(conn: psycopg.Connection, prefix: str, limit: int) -> list[tuple[uuid.
     ]
 
 
-def test_a_message_written_after_another_tenants_flood_is_in_the_next_claim(migrated_db):
+def test_a_message_written_after_another_tenants_flood_is_in_the_next_claim(outbox_db):
     """Tenant A commits 3,000 messages, then B one. The next claim of 100 holds B's message
     and 99 of A's. Fails on a claim that serves strictly oldest first (B's message waits
     for 30 claims, behind all of A's)."""
     name = topic()
-    a, b = Outbox.make(migrated_db), Outbox.make(migrated_db)
+    a, b = Outbox.make(outbox_db), Outbox.make(outbox_db)
     flood(a, f"{name}.a", FLOOD)
     [late] = b.commit(f"{name}.b", [{"n": 1}])
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
+    with psycopg.connect(outbox_db, autocommit=True) as conn:
         got = claim(conn, f"{name}.", 100)
     assert len(got) == 100
     assert (b.tenant, uuid.UUID(late)) in got
     assert Counter(t for t, _ in got) == {a.tenant: 99, b.tenant: 1}
 
 
-def test_each_tenant_with_due_messages_gets_an_equal_share(migrated_db):
+def test_each_tenant_with_due_messages_gets_an_equal_share(outbox_db):
     """Three tenants with 3,000, 500 and 500 due messages: a claim of 90 takes 30 of each;
     the next takes 30 of each again (A's flood is oldest, yet it never has more than its
     share while the others have messages)."""
     name = topic()
-    tenants = [Outbox.make(migrated_db) for _ in range(3)]
+    tenants = [Outbox.make(outbox_db) for _ in range(3)]
     flood(tenants[0], f"{name}.a", FLOOD)
     for ob in tenants[1:]:
         ob.commit(f"{name}.x", list(range(500)))
     want = {ob.tenant: 30 for ob in tenants}
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
+    with psycopg.connect(outbox_db, autocommit=True) as conn:
         assert Counter(t for t, _ in claim(conn, f"{name}.", 90)) == want
         assert Counter(t for t, _ in claim(conn, f"{name}.", 90)) == want
 
 
-def test_a_tenant_with_less_than_its_share_leaves_the_rest_to_the_others(migrated_db):
+def test_shares_rounded_up_never_make_a_claim_larger_than_asked(outbox_db):
+    """Three tenants with 50 due messages each and a claim of 100: shares of 34 would make
+    102; the claim returns 100, at least 32 of each tenant's."""
+    name = topic()
+    tenants = [Outbox.make(outbox_db) for _ in range(3)]
+    for ob in tenants:
+        ob.commit(f"{name}.x", list(range(50)))
+    with psycopg.connect(outbox_db, autocommit=True) as conn:
+        got = Counter(t for t, _ in claim(conn, f"{name}.", 100))
+    assert sum(got.values()) == 100
+    assert set(got) == {ob.tenant for ob in tenants} and min(got.values()) >= 32
+
+
+def test_a_tenant_with_less_than_its_share_leaves_the_rest_to_the_others(outbox_db):
     """A has 3,000 messages, B 10: a claim of 100 returns all 10 of B's and 90 of A's, the
     rest of the batch filled oldest first, so the claim is full while anything is due."""
     name = topic()
-    a, b = Outbox.make(migrated_db), Outbox.make(migrated_db)
+    a, b = Outbox.make(outbox_db), Outbox.make(outbox_db)
     flood(a, f"{name}.a", FLOOD)
     b.commit(f"{name}.b", list(range(10)))
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
+    with psycopg.connect(outbox_db, autocommit=True) as conn:
         assert Counter(t for t, _ in claim(conn, f"{name}.", 100)) == {a.tenant: 90, b.tenant: 10}
 
 
-def test_with_more_tenants_due_than_a_claim_takes_every_message_is_claimed_once(migrated_db):
+def test_with_more_tenants_due_than_a_claim_takes_every_message_is_claimed_once(outbox_db):
     """Twelve tenants with five messages each and claims of four: each claim takes one
     message of each of four tenants (of as many as still have messages, when fewer do), and
     fifteen claims take all sixty messages, each exactly once."""
     name = topic()
-    tenants = [Outbox.make(migrated_db) for _ in range(12)]
+    tenants = [Outbox.make(outbox_db) for _ in range(12)]
     written = {m for ob in tenants for m in ob.commit(f"{name}.x", list(range(5)))}
     left = Counter({ob.tenant: 5 for ob in tenants})
     seen: list[str] = []
-    with psycopg.connect(migrated_db, autocommit=True) as conn:
+    with psycopg.connect(outbox_db, autocommit=True) as conn:
         for _ in range(15):
             got = claim(conn, f"{name}.", 4)
             assert len(got) == 4
