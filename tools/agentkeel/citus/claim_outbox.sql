@@ -85,6 +85,8 @@ begin
                 limit v_share
             ) as c;
             for j in 1 .. coalesce(cardinality(v_ids), 0) loop
+                -- The shares, rounded up, may add up to a few more than the batch.
+                exit when v_claimed >= p_limit;
                 select c.* into v_message
                 from keel.claim_due_message(v_due[i], v_ids[j], p_relay, p_lease, p_topic_prefix) as c;
                 if v_message.message_id is not null then
