@@ -9,18 +9,21 @@ plaintext or the data key; destroying the tenant's data keys makes its payloads 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import time
 import uuid
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 
 from agentkeel.checkpoints import CheckpointUnreadable, StaticKeyProvider, data_key_context
 from agentkeel.client import Keel
-from agentkeel.errors import DataKeyDestroyed, InvalidArgument, LeaseLost
-from agentkeel_conformance.harness import in_tenant
+from agentkeel.errors import DataKeyDestroyed, InvalidArgument, KeelError, LeaseLost
+from agentkeel_conformance.harness import in_tenant, tenant_snapshot
 
 pytestmark = pytest.mark.guarantee("G8")
 
@@ -247,3 +250,99 @@ def test_destroying_the_tenants_data_keys_makes_its_payloads_unreadable(
         tenant,
     )
     assert version == 2
+
+
+SAVE = (
+    "select * from keel.save_checkpoint(%(tenant)s, %(task)s, %(id)s, %(token)s, %(kind)s,"
+    " %(version)s, %(nonce)s, %(ciphertext)s, %(hash)s, %(schema)s, %(step)s)"
+)
+HUGE = 16 * 1024 * 1024 + 1  # past the default max_checkpoint_payload_bytes
+
+
+def key_version(owner: psycopg.Connection, tenant: uuid.UUID) -> int:
+    with in_tenant(owner, tenant):
+        row = owner.execute(
+            "select max(key_version) from keel.tenant_data_keys where tenant_id = %s", (tenant,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _refused_saves() -> list[Any]:
+    return [
+        pytest.param({"id": None}, "22K01", id="no_id"),
+        pytest.param({"kind": "plan; drop"}, "22K01", id="kind"),
+        pytest.param({"schema": 0}, "22K01", id="schema_version"),
+        pytest.param({"step": ""}, "22K01", id="step_key"),
+        pytest.param({"nonce": b"short"}, "22K01", id="nonce"),
+        pytest.param({"ciphertext": b"x" * 15}, "22K01", id="ciphertext"),
+        pytest.param({"ciphertext": b"x" * HUGE}, "22K02", id="too_large"),
+        pytest.param({"hash": "0" * 64}, "22K01", id="hash"),
+        pytest.param({"version": 999}, "42K11", id="no_such_key"),
+        pytest.param({"id": "saved"}, "23K10", id="id_taken"),
+    ]
+
+
+@pytest.mark.parametrize(("change", "sqlstate"), _refused_saves())
+def test_a_malformed_save_is_refused_by_the_database_and_writes_nothing(
+    connect, ledger, tenant, leased, change, sqlstate
+):
+    """What the client always sends right, sent wrong by SQL: a save without an id, with a
+    malformed kind, schema version, step key, nonce or ciphertext, a ciphertext past
+    settings.max_checkpoint_payload_bytes, a hash that is not the ciphertext's, a key
+    version the tenant does not have, or the id of a stored checkpoint with another
+    payload: each is refused with its SQLSTATE and writes nothing.
+    No mutation: the generated mutants disable each of these guards (tests/test_mutants.py)."""
+    task_id, token = leased
+    saved = ledger.save_checkpoint(tenant, task_id, token, "INPUT", {"n": 1})
+    owner = connect(owner=True)
+    ciphertext = change.get("ciphertext", os.urandom(32))
+    args = {
+        "tenant": tenant,
+        "task": task_id,
+        "id": uuid.uuid4(),
+        "token": token,
+        "kind": "INPUT",
+        "version": key_version(owner, tenant),
+        "nonce": os.urandom(12),
+        "hash": hashlib.sha256(ciphertext).hexdigest(),
+        "schema": 1,
+        "step": None,
+        **change,
+        "ciphertext": ciphertext,
+    }
+    if args["id"] == "saved":
+        args["id"] = saved.checkpoint_id
+    before = tenant_snapshot(owner, tenant)
+    with pytest.raises(KeelError) as info, ledger.transaction(tenant):
+        ledger.conn.execute(SAVE, args)
+    assert info.value.sqlstate == sqlstate
+    assert tenant_snapshot(owner, tenant) == before
+
+
+def test_a_save_with_a_destroyed_key_is_refused(connect, ledger, tenant, leased):
+    """A key version the owner destroyed encrypts nothing more: data_key_destroyed (55K10).
+    No mutation: the generated mutants disable this guard (tests/test_mutants.py)."""
+    task_id, token = leased
+    ledger.save_checkpoint(tenant, task_id, token, "INPUT", {"n": 1})
+    owner = connect(owner=True)
+    version = key_version(owner, tenant)
+    Keel(owner).destroy_tenant_data_keys(tenant)
+    ciphertext = os.urandom(32)
+    with pytest.raises(DataKeyDestroyed), ledger.transaction(tenant):
+        ledger.conn.execute(
+            SAVE,
+            {
+                "tenant": tenant,
+                "task": task_id,
+                "id": uuid.uuid4(),
+                "token": token,
+                "kind": "INPUT",
+                "version": version,
+                "nonce": os.urandom(12),
+                "ciphertext": ciphertext,
+                "hash": hashlib.sha256(ciphertext).hexdigest(),
+                "schema": 1,
+                "step": None,
+            },
+        )

@@ -389,3 +389,28 @@ def test_no_application_login_may_set_a_tenants_quota(login_role, tenant, role):
             )
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "sqlstate"),
+    [
+        ("max_session_updates", 5, "22K01"),  # not a per-tenant quota
+        ("max_task_checkpoints", -1, "22K01"),
+        ("max_task_checkpoints", 10**10, "22K01"),
+        ("for_another_tenant", 5, "42K06"),
+    ],
+)
+def test_a_tenant_quota_the_owner_sets_is_checked(connect, make_tenant, setting, value, sqlstate):
+    """keel.set_tenant_quota takes only the per-tenant quotas, 0 to 1,000,000,000, for the
+    tenant the transaction acts for; anything else is refused and writes nothing.
+    No mutation: the generated mutants disable each of these guards (tests/test_mutants.py)."""
+    tenant, other = make_tenant(), make_tenant()
+    owner = connect(owner=True)
+    named = other if setting == "for_another_tenant" else tenant
+    setting = "max_task_checkpoints" if setting == "for_another_tenant" else setting
+    with pytest.raises(psycopg.Error) as info, in_tenant(owner, tenant):
+        owner.execute("select keel.set_tenant_quota(%s, %s, %s)", (named, setting, value))
+    assert info.value.sqlstate == sqlstate
+    for each in (tenant, other):
+        with in_tenant(owner, each):
+            assert owner.execute("select count(*) from keel.tenant_quotas").fetchone() == (0,)
