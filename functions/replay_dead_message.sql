@@ -18,6 +18,8 @@ begin
             message = format('outbox message %s is %s, not dead', p_message_id, v_message.state),
             hint = 'Only a dead message can be replayed; a pending one is still being delivered.';
     end if;
+    -- Pending again: within the tenant's quota of pending messages, as a new one would be.
+    perform keel.check_quota(p_tenant_id, null, 'max_tenant_pending_messages', 1);
 
     update keel.outbox as o
     set
@@ -36,4 +38,4 @@ end;
 $$;
 
 comment on function keel.replay_dead_message(uuid, uuid) is
-'Puts the dead message back to pending, available now, with attempts 0, claims 0 and the SAME message_id; raises message_not_dead (55K09) for a pending or delivered message, message_not_found (42K08) for an unknown one. The caller has checked who may replay it. Not granted to any role.';
+'Puts the dead message back to pending, available now, with attempts 0, claims 0 and the SAME message_id; raises message_not_dead (55K09) for a pending or delivered message, quota_exceeded (54K01) when the tenant already has its max_tenant_pending_messages, message_not_found (42K08) for an unknown one. The caller has checked who may replay it. Not granted to any role.';

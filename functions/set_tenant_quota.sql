@@ -12,6 +12,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_quota keel.tenant_quotas;
+    -- A value, not now() in the upsert: Citus takes only IMMUTABLE functions in its SET.
+    v_now timestamptz := now();
 begin
     perform keel.require_tenant(p_tenant_id);
     if p_setting is null
@@ -30,10 +32,10 @@ begin
     elsif p_value not between 0 and 1000000000 then
         raise exception using errcode = '22K01', message = 'a quota must be 0 to 1,000,000,000';
     else
-        insert into keel.tenant_quotas as q (tenant_id, setting, value)
-        values (p_tenant_id, p_setting, p_value)
+        insert into keel.tenant_quotas as q (tenant_id, setting, value, updated_at)
+        values (p_tenant_id, p_setting, p_value, v_now)
         on conflict on constraint tenant_quotas_pkey
-        do update set value = excluded.value, updated_at = now()
+        do update set value = excluded.value, updated_at = excluded.updated_at
         returning q.* into v_quota;
     end if;
     return v_quota;

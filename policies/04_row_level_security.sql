@@ -55,6 +55,13 @@ create policy outbox_delivery_read on keel.outbox
 for select to keel_owner
 using (current_setting('keel.outbox_delivery', true) = 'on');
 
+-- The relay's replay of a dead message checks the tenant's own quota of pending messages
+-- (keel.check_quota), with the delivery flag on and no tenant context.
+drop policy if exists tenant_quotas_delivery_read on keel.tenant_quotas;
+create policy tenant_quotas_delivery_read on keel.tenant_quotas
+for select to keel_owner
+using (current_setting('keel.outbox_delivery', true) = 'on');
+
 drop policy if exists outbox_delivery_write on keel.outbox;
 create policy outbox_delivery_write on keel.outbox
 for update to keel_owner

@@ -20,7 +20,13 @@ import pytest
 from psycopg.rows import dict_row
 
 from agentkeel.client import Keel, OutboxMessage
-from agentkeel.errors import InvalidArgument, MessageNotDead, MessageNotFound, OutboxClaimLost
+from agentkeel.errors import (
+    InvalidArgument,
+    MessageNotDead,
+    MessageNotFound,
+    OutboxClaimLost,
+    QuotaExceeded,
+)
 from agentkeel.pooler import is_pooled
 from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.fixtures import LoginRole, Workflow
@@ -219,6 +225,35 @@ def test_a_message_is_dead_after_max_attempts_then_replayed_under_the_same_id(
     again = r.claim_outbox("r", 10, LONG, prefix)
     assert [(m.message_id, m.payload) for m in again] == [(message_id, {"n": 1})]
     assert again[0].claim_token != second.claim_token
+
+
+def test_a_dead_message_is_replayed_only_within_the_tenants_pending_quota(
+    keel, connect, tenant, workflow, relay, prefix, max_attempts
+):
+    """Replay puts a message back to pending, so it counts against the tenant's pending
+    messages as a new one would: with the tenant's own limit of 1 (keel.set_tenant_quota)
+    and one message pending, replaying a dead one is refused with quota_exceeded (54K01)
+    and changes nothing; once the pending one is delivered, the replay goes through.
+    No mutation: the generated mutants disable this guard (tests/test_mutants.py)."""
+    topic = f"{prefix}t"
+    max_attempts(topic, 1)
+    [dead_id] = write(keel, tenant, workflow, [{"topic": topic}])
+    r = relay()
+    first = claim_soon(r, prefix)
+    assert r.nack_outbox(tenant, dead_id, first.claim_token, "refused").state == "dead"
+    owner = connect(owner=True)
+    with in_tenant(owner, tenant):
+        owner.execute(
+            "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', 1)", (tenant,)
+        )
+    [pending_id] = write(keel, tenant, workflow, [{"topic": topic}])
+    with pytest.raises(QuotaExceeded):
+        keel.replay_outbox(tenant, dead_id)
+    assert row(keel.conn, tenant, dead_id)["state"] == "dead"
+    delivered = claim_soon(r, prefix)
+    assert delivered.message_id == pending_id
+    r.ack_outbox(tenant, pending_id, delivered.claim_token)
+    assert keel.replay_outbox(tenant, dead_id).state == "pending"
 
 
 def unreported_claims_limit(keel: Keel, tenant: uuid.UUID) -> int:

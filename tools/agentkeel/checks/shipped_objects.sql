@@ -178,6 +178,7 @@ with shipped (kind, identity) as (
     ('policy', 'tenant_isolation on keel.tenant_data_keys'),
     ('policy', 'tenant_isolation on keel.tenant_quotas'),
     ('policy', 'tenant_isolation on keel.tenants'),
+    ('policy', 'tenant_quotas_delivery_read on keel.tenant_quotas'),
     ('table', 'keel.checkpoint_payloads'),
     ('table', 'keel.checkpoints'),
     ('table', 'keel.context_keys'),

@@ -17,10 +17,10 @@
 -- the next batch is scanned until p_limit are claimed or none is left, so a tenant holding
 -- locks on any number of its due rows cannot keep the claim from another tenant's task.
 -- Each try is a round trip to a worker, so a tenant with v_batch candidates that could not
--- be claimed is passed over for the rest of the call, once its node has claimed what it
--- still can of the tenant's due tasks past them (keel.claim_due_task without a task: SKIP
--- LOCKED there). An open transaction that locks 10,000 of one tenant's due tasks cost every
--- claim 10,000 round trips; now at most v_batch and one scan on the tenant's node.
+-- be claimed is passed over for the rest of the call, once its node has claimed the
+-- tenant's longest-due task past them, if one is not locked (keel.claim_due_task without a
+-- task: SKIP LOCKED there). An open transaction that locks 10,000 of one tenant's due tasks
+-- cost every claim 10,000 round trips; now at most v_batch and one scan on that node.
 create or replace function keel.claim_next_tasks(
     p_owner text,
     p_limit integer default 100,
@@ -114,21 +114,20 @@ begin
                 );
                 if (v_failures ->> v_tenants[v_i]::text)::integer >= v_batch then
                     v_passed := v_passed || v_tenants[v_i];
-                    -- Before passing it over, its node finds the tenant's claimable tasks
-                    -- past the ones it could not take (SKIP LOCKED there, one round trip
-                    -- each), so no unlocked due task is left behind locked ones.
-                    loop
-                        exit when v_claimed >= p_limit;
-                        select c.* into v_task
-                        from keel.claim_due_task(v_tenants[v_i], null, p_owner, p_lease, p_workflow) as c;
-                        exit when v_task.task_id is null;
+                    -- Before passing it over, its node claims the tenant's longest-due
+                    -- task that is not locked, past the ones the claim could not take
+                    -- (SKIP LOCKED there): one task, so that locking some of its own
+                    -- tasks never moves a tenant ahead of others' older ones.
+                    select c.* into v_task
+                    from keel.claim_due_task(v_tenants[v_i], null, p_owner, p_lease, p_workflow) as c;
+                    if v_task.task_id is not null then
                         return next v_task;
                         v_claimed := v_claimed + 1;
                         if v_tenants[v_i] is distinct from v_claimed_tenant then
                             v_claimed_tenant := v_tenants[v_i];
                             v_claimed_tenants := v_claimed_tenants + 1;
                         end if;
-                    end loop;
+                    end if;
                     exit when v_claimed >= p_limit;
                 end if;
             end if;
@@ -157,4 +156,4 @@ end;
 $$;
 
 comment on function keel.claim_next_tasks(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant as the calling worker login and then keel.claim_due_task for each candidate, on its tenant''s node. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist, and a tenant with 32 candidates that could not be claimed in one call is passed over for the rest of that call once its node has claimed what it can of that tenant''s due tasks past them (each try is a round trip to a worker). In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due.';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): leases up to p_limit of the tasks of any tenant that have been due longest (wake_at <= now, no valid lease), optionally of one workflow, by an unlocked candidate scan over every tenant as the calling worker login and then keel.claim_due_task for each candidate, on its tenant''s node. Rows locked by other transactions are skipped, so it returns tasks whenever unlocked due tasks exist, and a tenant with 32 candidates that could not be claimed in one call is passed over for the rest of that call once its node has claimed that tenant''s longest-due unlocked task past them (each try is a round trip to a worker). In a transaction that already has a tenant context it claims only that tenant''s tasks; otherwise one claimed tenant becomes the context, and after several the transaction acts for none. Returns no row when nothing claimable is due.';
