@@ -3,8 +3,8 @@
 -- agentkeel:allow citus.set_local_autocommit (on PostgreSQL its SET LOCALs hold in autocommit too; on Citus this claim is replaced by the candidate scan of CITUS.md (b) 2)
 -- The shape of keel.claim_next_task: FOR UPDATE SKIP LOCKED scans, with the
 -- scan_all_tenants flag on for those statements alone (policies outbox_claim_scan and
--- outbox_claim_lock). First the fair share: when several tenants have due messages, each
--- gets up to an equal part of the batch, its oldest first (keel.outbox_tenants_due), so one
+-- outbox_claim_lock). First the fair share: half the batch is shared equally among the
+-- tenants with due messages, each one's oldest first (keel.outbox_tenants_due), so one
 -- tenant's flood does not stand in front of the others' messages. Then rounds over the
 -- claim index (messages not held), oldest available_at first, each after the last, for the
 -- rest of the batch. A row another transaction has locked is skipped, never waited on and
@@ -59,13 +59,14 @@ declare
 begin
     v_expires := keel.check_lease_request(p_relay, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
+    -- Half the batch (rounded down) is shared among the tenants with due messages; the
+    -- rest, and whatever the shares leave, goes oldest first, so however the tenants are
+    -- found, the oldest due message is never left behind.
     perform keel.set_claim_scan(true);
-    v_due := keel.outbox_tenants_due(v_now, p_topic_prefix, p_limit);
+    v_due := keel.outbox_tenants_due(v_now, p_topic_prefix, p_limit / 2);
     perform keel.set_claim_scan(false);
-    -- Also for one tenant: a claim of one message serves the tenant the scan started at
-    -- (a random one), not the oldest message of any tenant.
     v_fair := cardinality(v_due) >= 1;
-    v_share := ceil(p_limit::numeric / greatest(cardinality(v_due), 1));
+    v_share := ceil((p_limit / 2)::numeric / greatest(cardinality(v_due), 1));
 
     -- The fair share, then rounds over the claim index, each after the last: every row a
     -- round sees leaves the scan (claimed, dead, or held) or is passed for good (behind a
@@ -227,4 +228,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Fair across tenants: when several tenants have due messages, each first gets up to an equal share of the batch (its oldest messages), found by keel.outbox_tenants_due; the rest of the batch is the oldest due messages of any tenant. Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';
+'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), found by keel.outbox_tenants_due; the rest of the batch is the oldest due messages of any tenant, so the oldest due message is in every claim of two or more. Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';

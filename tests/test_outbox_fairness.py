@@ -1,8 +1,8 @@
 """Fairness across tenants in the outbox claim (migration 0042, keel.outbox_tenants_due):
-when several tenants have due messages, each gets up to an equal share of a claim before
-any tenant gets more, so one tenant's flood does not stand in front of the others'
-messages; the rest of the batch is the oldest due messages of any tenant, so a claim still
-comes back short only when nothing more is due."""
+half of each claim is shared equally among the tenants with due messages, so one tenant's
+flood does not stand in front of the others' messages; the rest of the batch is the oldest
+due messages of any tenant, so the oldest due message is in every claim (of two or more)
+and a claim comes back short only when nothing more is due."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 import citus_cluster
+from agentkeel.checkpoints import uuid7
+from agentkeel.client import Keel
 from relay_services import Outbox
 
 FLOOD = 3000
@@ -37,6 +39,15 @@ def outbox_db(request: pytest.FixtureRequest) -> str:
     if request.param == "citus":
         return str(request.getfixturevalue("citus_outbox_db"))
     return str(request.getfixturevalue("migrated_db"))
+
+
+def time_ordered_tenant(dsn: str) -> Outbox:
+    """Outbox.make with a uuid v7 tenant id, as applications often make them."""
+    made = Outbox.make(dsn)
+    tenant = uuid7()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        Keel(conn).create_tenant("fair-v7", tenant)
+    return Outbox(dsn, tenant, made.workflow)
 
 
 def topic() -> str:
@@ -76,24 +87,24 @@ def test_a_message_written_after_another_tenants_flood_is_in_the_next_claim(outb
     assert Counter(t for t, _ in got) == {a.tenant: 99, b.tenant: 1}
 
 
-def test_each_tenant_with_due_messages_gets_an_equal_share(outbox_db):
-    """Three tenants with 3,000, 500 and 500 due messages: a claim of 90 takes 30 of each;
-    the next takes 30 of each again (A's flood is oldest, yet it never has more than its
-    share while the others have messages)."""
+def test_each_tenant_with_due_messages_gets_an_equal_share_of_half_the_claim(outbox_db):
+    """Three tenants with 3,000, 500 and 500 due messages: a claim of 90 gives each 15 (its
+    share of 45) and the other 45 to the oldest messages, A's; the next claim again."""
     name = topic()
     tenants = [Outbox.make(outbox_db) for _ in range(3)]
     flood(tenants[0], f"{name}.a", FLOOD)
     for ob in tenants[1:]:
         ob.commit(f"{name}.x", list(range(500)))
-    want = {ob.tenant: 30 for ob in tenants}
+    want = {tenants[0].tenant: 60, tenants[1].tenant: 15, tenants[2].tenant: 15}
     with psycopg.connect(outbox_db, autocommit=True) as conn:
         assert Counter(t for t, _ in claim(conn, f"{name}.", 90)) == want
         assert Counter(t for t, _ in claim(conn, f"{name}.", 90)) == want
 
 
 def test_shares_rounded_up_never_make_a_claim_larger_than_asked(outbox_db):
-    """Three tenants with 50 due messages each and a claim of 100: shares of 34 would make
-    102; the claim returns 100, at least 32 of each tenant's."""
+    """Three tenants with 50 due messages each and a claim of 100: shares of 17 of half the
+    batch, and the oldest messages for the rest; the claim returns 100, at least 17 of each
+    tenant's."""
     name = topic()
     tenants = [Outbox.make(outbox_db) for _ in range(3)]
     for ob in tenants:
@@ -101,7 +112,7 @@ def test_shares_rounded_up_never_make_a_claim_larger_than_asked(outbox_db):
     with psycopg.connect(outbox_db, autocommit=True) as conn:
         got = Counter(t for t, _ in claim(conn, f"{name}.", 100))
     assert sum(got.values()) == 100
-    assert set(got) == {ob.tenant for ob in tenants} and min(got.values()) >= 32
+    assert set(got) == {ob.tenant for ob in tenants} and min(got.values()) >= 17
 
 
 def test_a_tenant_with_less_than_its_share_leaves_the_rest_to_the_others(outbox_db):
@@ -115,24 +126,28 @@ def test_a_tenant_with_less_than_its_share_leaves_the_rest_to_the_others(outbox_
         assert Counter(t for t, _ in claim(conn, f"{name}.", 100)) == {a.tenant: 90, b.tenant: 10}
 
 
-def test_with_more_tenants_due_than_a_claim_takes_every_message_is_claimed_once(outbox_db):
-    """Twelve tenants with five messages each and claims of four: each claim takes one
-    message of each of four tenants (of as many as still have messages, when fewer do), and
-    fifteen claims take all sixty messages, each exactly once."""
+def test_the_oldest_due_messages_are_in_every_claim_and_each_is_claimed_once(outbox_db):
+    """Twelve tenants, made one after the other (their ids share their leading digits),
+    write five messages each in a transition, the last tenant's first: claims of four
+    take one message of each of two tenants and two of the oldest. Every claim holds a
+    message of the oldest transition still pending (its messages share one available_at),
+    however the tenants are ordered, and fifteen claims take all sixty, each once."""
     name = topic()
-    tenants = [Outbox.make(outbox_db) for _ in range(12)]
-    written = {m for ob in tenants for m in ob.commit(f"{name}.x", list(range(5)))}
-    left = Counter({ob.tenant: 5 for ob in tenants})
-    seen: list[str] = []
+    tenants = [time_ordered_tenant(outbox_db) for _ in range(12)]
+    written = [
+        (ob.tenant, m)
+        for ob in (tenants[-1], *tenants[:-1])
+        for m in ob.commit(f"{name}.x", [1] * 5)
+    ]
+    seen: set[str] = set()
     with psycopg.connect(outbox_db, autocommit=True) as conn:
         for _ in range(15):
+            oldest = next(t for t, m in written if m not in seen)
             got = claim(conn, f"{name}.", 4)
-            assert len(got) == 4
-            assert len({t for t, _ in got}) == min(4, len(+left)), (got, left)
-            left.subtract(t for t, _ in got)
-            seen += [str(m) for _, m in got]
+            assert len(got) == 4 and oldest in {t for t, _ in got}
+            seen |= {str(m) for _, m in got}
         assert claim(conn, f"{name}.", 4) == []
-    assert sorted(seen) == sorted(written)
+    assert seen == {m for _, m in written}
 
 
 def test_the_fair_share_reads_no_flood(migrated_db):

@@ -693,15 +693,15 @@ def test_a_tenant_holding_locks_on_its_messages_does_not_stall_another_tenants_c
 def test_one_tenants_backlog_does_not_stand_in_front_of_another_tenants_message(
     make_tenant, keel, workflow, relay, prefix
 ):
-    """Tenant A commits 300 messages, then tenant B one. The next claim of 10 holds B's
-    message: when several tenants have due messages, each gets its share of a claim before
-    any tenant gets more, so B waits for one claim, not behind A's backlog (30 claims).
+    """Tenant A commits 300 messages, then tenant B one. The next claim of 100 holds B's
+    message: half of each claim is shared among the tenants with due messages, so B waits
+    for one claim, not behind A's backlog (three claims).
     Mutation: claim_outbox_unfair"""
     a, b = make_tenant(), make_tenant()
     write(keel, a, workflow, [{"topic": f"{prefix}a"} for _ in range(300)])
     [b_id] = write(keel, b, workflow, [{"topic": f"{prefix}b"}])
-    got = claim_ids(relay(), prefix, limit=10, lease=LONG)
-    assert len(got) == 10
+    got = claim_ids(relay(), prefix, limit=100, lease=LONG)
+    assert len(got) == 100
     assert b_id in got, "tenant B's message waits behind tenant A's backlog"
 
 

@@ -5,7 +5,7 @@
 -- and which, as a SECURITY DEFINER function on the coordinator, would reach the workers as
 -- its owner (keel_owner may not log in on a cluster). Callers do not change.
 -- SECURITY INVOKER: everything it does on the workers runs as the relay's own login.
---   1. The fair share, when several tenants have due messages: which tenants have them (a
+--   1. The fair share, half the batch: which tenants have due messages (a
 --      multi-shard SELECT DISTINCT, which each shard answers from its part of
 --      outbox_tenant_claimable_idx), then each one's oldest share of the batch (a query on
 --      its own shard). Then an unlocked candidate scan over every tenant, oldest
@@ -67,9 +67,10 @@ begin
             and o.available_at <= v_now
             and (p_topic_prefix is null or starts_with(o.topic, p_topic_prefix))
     ) as d;
-    v_due := v_due[1:p_limit];
+    -- Half the batch (rounded down) is shared; the rest goes oldest first, as on PostgreSQL.
+    v_due := v_due[1:p_limit / 2];
     if cardinality(v_due) >= 1 then
-        v_share := ceil(p_limit::numeric / cardinality(v_due));
+        v_share := ceil((p_limit / 2)::numeric / cardinality(v_due));
         for i in 1 .. cardinality(v_due) loop
             select array_agg(c.message_id order by c.available_at, c.created_at, c.position)
             into v_ids
@@ -160,4 +161,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: when several tenants have due messages, each first gets up to an equal share of the batch (its oldest), the rest of the batch the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), the rest of the batch is the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
