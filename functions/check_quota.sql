@@ -1,6 +1,7 @@
 -- Quotas: whether p_adding more rows of a kind would take a tenant or a task past its
--- limit (keel.tenant_quotas, else keel.settings). The count stops at the limit (a LIMIT under count), over an index
--- that starts with the tenant (and task), so it costs at most the limit's index entries.
+-- limit (keel.tenant_quotas, else keel.settings). The count stops at the limit (a LIMIT
+-- under count), over an index that starts with the tenant (and task), so it costs at most
+-- the limit's index entries.
 create or replace function keel.check_quota(
     p_tenant_id uuid,
     p_task_id uuid,
