@@ -7,7 +7,9 @@ create or replace function keel.set_tenant_quota(
 returns keel.tenant_quotas
 language plpgsql
 volatile
-security definer
+-- SECURITY INVOKER, as keel.destroy_tenant_data_keys: it runs as the owner's own login
+-- (on Citus, a definer body on the coordinator would reach the workers as keel_owner,
+-- which may not log in there), and no other role may execute it or write the table.
 set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -43,4 +45,4 @@ end;
 $$;
 
 comment on function keel.set_tenant_quota(uuid, text, bigint) is
-'Sets tenant p_tenant_id''s own limit p_setting (max_tenant_pending_messages, max_task_checkpoints or max_task_step_attempts) to p_value, in place of the keel.settings row for that tenant alone; null removes it. Returns the row written, or the one removed (null when there was none). Needs the tenant''s context (keel.set_tenant_context). The owner''s alone: not granted to any role, so no application role, agent or worker can raise its own limit.';
+'Sets tenant p_tenant_id''s own limit p_setting (max_tenant_pending_messages, max_task_checkpoints or max_task_step_attempts) to p_value, in place of the keel.settings row for that tenant alone; null removes it. Returns the row written, or the one removed (null when there was none). As the owner''s login, in a call of its own or a transaction acting for the tenant. The owner''s alone: not granted to any role, so no application role, agent or worker can raise its own limit.';

@@ -241,11 +241,9 @@ def test_a_dead_message_is_replayed_only_within_the_tenants_pending_quota(
     r = relay()
     first = claim_soon(r, prefix)
     assert r.nack_outbox(tenant, dead_id, first.claim_token, "refused").state == "dead"
-    owner = connect(owner=True)
-    with in_tenant(owner, tenant):
-        owner.execute(
-            "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', 1)", (tenant,)
-        )
+    connect(owner=True).execute(
+        "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', 1)", (tenant,)
+    )
     [pending_id] = write(keel, tenant, workflow, [{"topic": topic}])
     with pytest.raises(QuotaExceeded):
         keel.replay_outbox(tenant, dead_id)

@@ -309,9 +309,9 @@ def test_a_session_takes_step_updates_up_to_its_quota_and_then_none(connect, ten
 
 
 def set_quota(owner: Any, tenant: uuid.UUID, setting: str, value: int | None) -> None:
-    """The owner's keel.set_tenant_quota, in the tenant's context."""
-    with in_tenant(owner, tenant):
-        owner.execute("select keel.set_tenant_quota(%s, %s, %s)", (tenant, setting, value))
+    """The owner's keel.set_tenant_quota, a call of its own (autocommit: it acts for the
+    tenant it names, and on Citus runs on that tenant's node)."""
+    owner.execute("select keel.set_tenant_quota(%s, %s, %s)", (tenant, setting, value))
 
 
 def test_a_tenant_writes_pending_messages_up_to_its_own_quota_and_then_none(
