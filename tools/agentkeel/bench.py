@@ -330,6 +330,33 @@ PAYLOAD_SHAPES: tuple[tuple[str, str], ...] = (
         "3,000 distinct Cyrillic keys",
         "(select jsonb_object_agg('ключ' || i, i) from generate_series(1, 3000) as i)",
     ),
+    # keys that no short list of keel.fold_keys covers (the whole confusables map); the last
+    # two: each key six confusables of 52 from 45 blocks, and a confusable in long ASCII keys
+    (
+        "2,500 distinct Armenian keys",
+        "(select jsonb_object_agg('գաղտնի' || i, i) from generate_series(1, 2500) as i)",
+    ),
+    (
+        "2,200 distinct Cherokee keys",
+        "(select jsonb_object_agg('ᎠᏴᏒᎢᎾ' || i, i) from generate_series(1, 2200) as i)",
+    ),
+    (
+        "2,700 distinct Cyrillic and Greek keys",
+        "(select jsonb_object_agg('ключλ' || i, i) from generate_series(1, 2700) as i)",
+    ),
+    (
+        "2,000 keys mixing confusables of many blocks",
+        "(select jsonb_object_agg(k.key || k.i, k.i) from ("
+        " select i, string_agg(substr("
+        "'ƄΑЅԱ۱०০੦૦ଠ௦౦೦ഠ๐໐ဝყሀᎠᐯᚷᛁᴄ℮∣⍳│╳ⱭⲄⴸ〇ꓐꙄꛟꜱꞫꬲꭰ𐊂𐋏𐌁𐐄𐒴𐔓𑓐𑜆𑢠𖼈𝈆🝌',"  # noqa: RUF001
+        " 1 + mod(i * 7 + j * 11, 52), 1), '' order by j) as key"
+        " from generate_series(1, 2000) as i, generate_series(1, 6) as j group by i) as k)",
+    ),
+    (
+        "60 keys of a confusable and 1,000 ASCII characters",
+        "(select jsonb_object_agg('ա' || repeat('k', 1000) || i, i)"  # noqa: RUF001
+        " from generate_series(1, 60) as i)",
+    ),
 )
 
 

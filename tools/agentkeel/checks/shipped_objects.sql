@@ -52,6 +52,7 @@ with shipped (kind, identity) as (
     ('function', 'keel.finish_operation(uuid,uuid,bigint,text,jsonb,jsonb,text)'),
     ('function', 'keel.finish_step(uuid,uuid,text,bigint,text,jsonb,jsonb,interval,integer)'),
     ('function', 'keel.fold_key(text)'),
+    ('function', 'keel.fold_keys(text[])'),
     ('function', 'keel.get_operation(uuid,uuid)'),
     ('function', 'keel.get_task(uuid,uuid)'),
     ('function', 'keel.global_tables()'),
