@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import conninfo, sql
 
+from agentkeel.bench import _remove_tenant
 from agentkeel.client import set_tenant_context
 
 LOCKED_ROWS = (0, 1_000, 10_000, 100_000)
@@ -90,10 +91,7 @@ def _tenants(dsn: str) -> Iterator[tuple[uuid.UUID, uuid.UUID]]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:
             for tenant in made:
-                with owner.transaction():
-                    set_tenant_context(owner, tenant)
-                    owner.execute("set local keel.purge = on")
-                    owner.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
+                _remove_tenant(owner, tenant)
 
 
 def _due_tasks(
