@@ -4,7 +4,7 @@
 -- one, on the node that holds its tenant): a task someone else holds (a row lock, an
 -- unexpired lease) or that is no longer due is skipped, never waited on and never an
 -- error, so a tenant holding locks cannot stall the claims of another.
--- agentkeel:allow citus.require_tenant (it sets the tenant it acts for before require_tenant checks it: see the body)
+-- agentkeel:allow citus.require_tenant (it sets the tenant it acts for, then keel.adopt_tenant checks it: see the body)
 -- It acts for p_tenant_id only while it runs: a transaction that had no context has none
 -- afterwards, so one claim transaction can try candidates of several tenants.
 create or replace function keel.claim_due_task(
@@ -34,7 +34,9 @@ begin
     if not v_had_context then
         perform keel.set_tenant_context(p_tenant_id);
     end if;
-    perform keel.require_tenant(p_tenant_id);
+    -- adopt_tenant, not require_tenant: a tenant being deleted is skipped by no claim,
+    -- and must not fail one for every other tenant; the deleter removes what it takes.
+    perform keel.adopt_tenant(p_tenant_id);
     v_expires := keel.check_lease_request(p_owner, p_lease, v_now);
     v_max_recoveries := keel.max_recovery_attempts();
     if p_task_id is not null then

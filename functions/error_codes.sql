@@ -71,7 +71,9 @@ begin
         ('55K15', 'session_update_refused',
          'A session write would replace a completed or failed outcome with a non-terminal one, or a newer attempt''s outcome with an older one. Nothing was written.'),
         ('55K16', 'session_version_conflict',
-         'The session is not at the version the save expected: another writer saved first. Nothing was written.')
+         'The session is not at the version the save expected: another writer saved first. Nothing was written.'),
+        ('55K17', 'tenant_deleted',
+         'The tenant is being deleted, or was deleted (G10): every call for it is refused, and its id is never a tenant again. Nothing was written.')
     ) as c (sqlstate, name, description)
     order by c.sqlstate;
 end;

@@ -18,6 +18,8 @@ as $$
     ('keel.outbox_topics', 'reference'),
     ('keel.redaction_rules', 'reference'),
     ('keel.settings', 'reference'),
+    ('keel.task_event_tombstones', 'local'),
+    ('keel.tenant_deletions', 'reference'),
     ('keel.tenant_token_keys', 'local'),
     ('keel.workflow_states', 'reference'),
     ('keel.workflow_transitions', 'reference'),

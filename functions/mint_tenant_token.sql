@@ -1,5 +1,6 @@
 -- Tenant tokens (G1): the trusted side hands an agent a token for one tenant, bound to
 -- the agent's login when p_login names it (every agent its own login: docs/security.md, Roles).
+-- agentkeel:allow citus.require_tenant (it runs on the coordinator, where the signing keys are: keel.adopt_tenant checks the context as require_tenant does; the tenant's liveness would be a remote read as keel_owner, which no node admits, and is checked at every use of the token)
 create or replace function keel.mint_tenant_token(
     p_tenant_id uuid,
     p_ttl interval default '15 minutes',
@@ -17,7 +18,10 @@ declare
     v_expires timestamptz;
     v_format text := 'v1';
 begin
-    perform keel.require_tenant(p_tenant_id);
+    -- adopt_tenant, not require_tenant: this runs on the Citus coordinator (the signing
+    -- keys are there), where reading the tenant's row is a remote read as keel_owner,
+    -- which no node admits. A token for a tenant being deleted is refused at every use.
+    perform keel.adopt_tenant(p_tenant_id);
     v_expires := keel.interval_end('token lifetime', p_ttl, clock_timestamp(), interval '1 day');
     if p_login is not null then
         if not exists (

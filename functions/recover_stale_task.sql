@@ -3,7 +3,7 @@
 -- keel.recover_stale_tasks finds candidates with an unlocked scan, then calls this for
 -- each one, on the node that holds its tenant); a task someone else holds locked, or
 -- whose lease was renewed or released meanwhile, is skipped, never waited on.
--- agentkeel:allow citus.require_tenant (it sets the tenant it acts for before require_tenant checks it: see the body)
+-- agentkeel:allow citus.require_tenant (it sets the tenant it acts for, then keel.adopt_tenant checks it: see the body)
 -- It acts for p_tenant_id only while it runs, like keel.claim_due_task.
 create or replace function keel.recover_stale_task(
     p_tenant_id uuid,
@@ -44,7 +44,9 @@ begin
     if not v_had_context then
         perform keel.set_tenant_context(p_tenant_id);
     end if;
-    perform keel.require_tenant(p_tenant_id);
+    -- adopt_tenant, not require_tenant: a tenant being deleted is skipped by no claim,
+    -- and must not fail one for every other tenant; the deleter removes what it takes.
+    perform keel.adopt_tenant(p_tenant_id);
     perform keel.check_actor(p_actor);
     if v_max < 0 then
         raise exception using

@@ -1,17 +1,12 @@
--- Tenant isolation (G1): every API call names one tenant, and it must be the context's.
--- A trusted login (keel.trusted_session: keel_app, keel_worker, keel_owner) that has set
--- no context in this transaction gets the tenant it names: one statement, one round trip.
--- That grants nothing it did not have: such a login may SET LOCAL any tenant itself, so
--- for it the context was never a credential, only a consistency check between two values
--- it chose. The check stays wherever it means something: a transaction that has a
--- context (set by the caller, by an earlier call, or by a claim) refuses any other
--- tenant (42K06), so one transaction still acts for one tenant; an agent still needs its
--- signed token (42K01 without it); table reads without a context still see nothing; and
--- the adopted context is SET LOCAL, so it ends with the transaction.
--- Volatile, because it may set the context (keel.set_tenant_context); a non-volatile
--- PL/pgSQL function could not run SET. Callers invoke it with PERFORM, so it is never
--- inlined or folded. On Citus it runs on the node that holds the tenant, inside the
--- delegated call, where an agent's context is the coordinator's proof of its token.
+-- Tenant isolation (G1) and tenant deletion (G10): every API call names one tenant; it
+-- must be the context's (keel.adopt_tenant), and it must not be being deleted, or deleted.
+-- agentkeel:requires functions/adopt_tenant.sql
+-- A tenant being deleted (keel.delete_tenant) is refused by every API call, so nothing
+-- new appears behind the deleter; one that was deleted stays refused (its id is never
+-- a tenant again: a token minted for it must not come back to life with a new tenant).
+-- One primary-key read of keel.tenants per call, and a read of keel.tenant_deletions
+-- only when the tenant has no row (create_tenant, or a call for an unknown tenant).
+-- On Citus it runs inside the delegated call, on the node that holds the tenant's row.
 create or replace function keel.require_tenant(p_tenant_id uuid)
 returns uuid
 language plpgsql
@@ -19,47 +14,27 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    v_context uuid := keel.current_tenant();
+    v_since timestamptz;
+    v_deleted timestamptz;
 begin
-    if p_tenant_id is null or p_tenant_id = keel.no_tenant() then
-        raise exception using errcode = '22K01', message = 'a tenant id (not the nil uuid) is required';
+    perform keel.adopt_tenant(p_tenant_id);
+    select t.deleting_since into v_since from keel.tenants as t where t.tenant_id = p_tenant_id;
+    if not found then
+        select d.requested_at into v_deleted
+        from keel.tenant_deletions as d
+        where d.deleted_tenant_id = p_tenant_id;
+        v_since := v_deleted;
     end if;
-    -- The nil uuid as the context: this transaction claimed or recovered tasks of several
-    -- tenants (keel.claim_next_tasks, keel.recover_stale_tasks), so it acts for none.
-    perform keel.refuse_acting_for_none(
-        v_context,
-        'Act on each claimed task in a transaction of its own (the client does: one call, one transaction).'
-    );
-    -- On a Citus worker, inside a transaction block another node began (a delegated call
-    -- of a multi-statement transaction), a tenant adopted here would be this node's
-    -- alone: the next call, on another node, could adopt another one. So there the
-    -- transaction must have set its tenant first (keel.use_tenant, which the coordinator
-    -- propagates to every node). One statement in autocommit still adopts.
-    if v_context is null and keel.trusted_session() and keel.context_relayed() then
+    if v_since is not null then
         raise exception using
-            errcode = '42K01',
-            message = 'no tenant context in this transaction block',
-            hint = 'On Citus a transaction block sets its tenant first: select keel.use_tenant($1); the agentkeel client does this per transaction.';
+            errcode = '55K17',
+            message = 'the tenant is being deleted, or was deleted',
+            detail = format('Its deletion began at %s (G10).', v_since),
+            hint = 'Nothing is done for a deleted tenant; its id is never a tenant again.';
     end if;
-    if v_context is null and keel.trusted_session() then
-        perform keel.set_tenant_context(p_tenant_id);
-        return p_tenant_id;
-    end if;
-    if v_context is null then
-        raise exception using
-            errcode = '42K01',
-            message = 'no tenant context in this transaction',
-            hint = 'This login is not trusted server code: in this transaction, set_config(''keel.tenant_token'', $1, true) with its signed tenant token, then select keel.bind_tenant_context(); the agentkeel client does this per call.';
-    end if;
-    if v_context <> p_tenant_id then
-        raise exception using
-            errcode = '42K06',
-            message = 'the tenant argument is not the tenant of this transaction',
-            hint = 'Pass the tenant id the context was set for.';
-    end if;
-    return v_context;
+    return p_tenant_id;
 end;
 $$;
 
 comment on function keel.require_tenant(uuid) is
-'Raises tenant_context_missing (42K01) when an untrusted login (not keel.trusted_session) has no verified context, tenant_context_mismatch (42K06) when the transaction has a context and p_tenant_id is another tenant; a trusted login without a context gets p_tenant_id as its context. Returns the tenant. Called first by every SECURITY DEFINER API function.';
+'keel.adopt_tenant (tenant_context_missing 42K01, tenant_context_mismatch 42K06, or the context adopted), then refuses a tenant that is being deleted or was deleted with tenant_deleted (55K17). Returns the tenant. Called first by every SECURITY DEFINER API function.';

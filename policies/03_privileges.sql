@@ -13,6 +13,8 @@ grant select on keel.tenants, keel.tasks, keel.task_events, keel.operations, kee
 keel.inbox, keel.outbox_events
 to keel_app, keel_worker;
 grant select on keel.task_events to keel_auditor;
+-- What a tenant deletion keeps (G10): its record and its events' tombstones.
+grant select on keel.tenant_deletions, keel.task_event_tombstones to keel_auditor;
 grant select on keel.workflows, keel.workflow_transitions, keel.workflow_states
 to keel_app, keel_worker, keel_auditor;
 -- keel_agent has no table privilege at all: it reads through the functions below, which

@@ -33,6 +33,13 @@ for update to keel_owner
 using (current_setting('keel.scan_all_tenants', true) = 'on')
 with check (false);
 
+-- The retention purge (keel.purge_tenants) pages through every tenant's id, as the owner's
+-- own login (SECURITY INVOKER), with the same flag, for one statement.
+drop policy if exists tenants_owner_scan on keel.tenants;
+create policy tenants_owner_scan on keel.tenants
+for select to keel_owner
+using (current_setting('keel.scan_all_tenants', true) = 'on');
+
 -- keel.claim_outbox and keel.outbox_status read pending messages of every tenant, the
 -- same way and with the same flag as the task claim above: as keel_owner, for one statement.
 drop policy if exists outbox_claim_scan on keel.outbox;

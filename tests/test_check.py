@@ -153,6 +153,30 @@ BROKEN = {
         "keel.scratch",
         "neither a tenant table",
     ),
+    "tenant table the deletion cannot reach": (
+        "create table keel.notes (tenant_id uuid not null, note_id uuid not null,"
+        " constraint notes_pkey primary key (tenant_id, note_id),"
+        " constraint notes_tenant_fkey foreign key (tenant_id)"
+        " references keel.tenants (tenant_id))",
+        "tenant_deletion",
+        "keel.notes",
+        "no foreign key from tenant_id to keel.tenants on delete cascade",
+    ),
+    "tenant tables in a cycle": (
+        "create table keel.ring_a (tenant_id uuid not null, id uuid not null, b uuid,"
+        " constraint ring_a_pkey primary key (tenant_id, id), constraint ring_a_tenant_fkey"
+        " foreign key (tenant_id) references keel.tenants (tenant_id) on delete cascade);"
+        " create table keel.ring_b (tenant_id uuid not null, id uuid not null, a uuid,"
+        " constraint ring_b_pkey primary key (tenant_id, id), constraint ring_b_tenant_fkey"
+        " foreign key (tenant_id) references keel.tenants (tenant_id) on delete cascade,"
+        " constraint ring_b_a_fkey foreign key (tenant_id, a)"
+        " references keel.ring_a (tenant_id, id));"
+        " alter table keel.ring_a add constraint ring_a_b_fkey"
+        " foreign key (tenant_id, b) references keel.ring_b (tenant_id, id)",
+        "tenant_deletion",
+        "keel.ring_b",
+        "cycle of foreign keys",
+    ),
     "object owned by another role": (
         "alter table keel.settings owner to keel_app",
         "application_roles",

@@ -70,7 +70,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         name="adopt_any_tenant",
         guarantee="G1",
         breaks="require_tenant lets a trusted call leave its context",
-        file="require_tenant.sql",
+        file="adopt_tenant.sql",
         edits=(
             Edit(
                 r"if v_context is null and keel.trusted_session\(\) then",
@@ -509,6 +509,110 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         caught_by="test_a_finished_step_is_never_replaced_by_a_running_update",
     ),
+    Mutation(
+        name="deletion_order_skips_a_table",
+        guarantee="G10",
+        breaks="tenant deletion leaves keel.sessions to the final cascade, uncounted and unbounded",
+        file="tenant_deletion_order.sql",
+        edits=(
+            Edit(
+                r"t\.oid <> 'keel\.tenants'::regclass",
+                "t.oid not in ('keel.tenants'::regclass, 'keel.sessions'::regclass)",
+                1,
+            ),
+        ),
+        caught_by="test_deleting_a_tenant_removes_every_row_of_it_and_nothing_of_any_other",
+    ),
+    Mutation(
+        name="deleted_tenant_served",
+        guarantee="G10",
+        breaks="API calls for a tenant being deleted are served",
+        file="require_tenant.sql",
+        edits=(Edit(r"if v_since is not null then", "if false then", 1),),
+        caught_by="test_writers_racing_the_deletion_leave_no_row_behind",
+    ),
+    Mutation(
+        name="keys_destroyed_last",
+        guarantee="G10",
+        breaks="the first deletion step leaves the data keys, to be removed with the rows",
+        file="delete_tenant.sql",
+        edits=(
+            Edit(r"v_keys := keel\.destroy_tenant_data_keys\(p_tenant_id\);", "v_keys := 0;", 1),
+        ),
+        caught_by="test_the_first_step_destroys_the_data_keys_and_refuses_the_tenant_everywhere",
+    ),
+    Mutation(
+        name="resumed_with_another_policy",
+        guarantee="G10",
+        breaks="a deletion resumed with the other events policy is run under it",
+        file="delete_tenant.sql",
+        edits=(Edit(r"elsif v_deletion\.events <> p_events then", "elsif false then", 1),),
+        caught_by="test_an_interrupted_deletion_resumes_and_a_finished_one_stays_finished",
+    ),
+    Mutation(
+        name="deletion_step_unbounded",
+        guarantee="G10",
+        breaks="a deletion step takes any number of rows",
+        file="delete_tenant.sql",
+        edits=(
+            Edit(
+                r"if p_batch is null or p_batch not between 1 and 100000 then",
+                "if p_batch is null then",
+                1,
+            ),
+        ),
+        caught_by="test_only_the_owner_deletes_and_bad_arguments_are_refused",
+    ),
+    Mutation(
+        name="purge_takes_live_tasks",
+        guarantee="G11",
+        breaks="the purge takes tasks in any state, not only terminal ones",
+        file="purge.sql",
+        edits=(
+            Edit(
+                r"'exists \(select 1 from keel\.workflow_states as s where s\.workflow"
+                r" = x\.workflow'\n\s+' and s\.workflow_version = x\.workflow_version"
+                r" and s\.state = x\.state and s\.terminal\)'\n\s+' and not exists",
+                "'not exists",
+                1,
+            ),
+        ),
+        caught_by="test_the_purge_removes_what_retention_says_and_nothing_live",
+    ),
+    Mutation(
+        name="purge_waits_on_locks",
+        guarantee="G11",
+        breaks="the purge locks its candidates without SKIP LOCKED: it waits on rows others hold",
+        file="purge_rows.sql",
+        edits=(Edit(r"' for update of x skip locked\) as x',", "' for update of x) as x',", 1),),
+        caught_by="test_the_purge_skips_rows_someone_holds_and_takes_them_later",
+    ),
+    Mutation(
+        name="purge_children_of_any_task",
+        guarantee="G11",
+        breaks="the purge removes the rows of any task of the tenant with the finished ones",
+        file="purge_rows.sql",
+        edits=(
+            Edit(
+                r"format\('x\.%I = any\(\$2::%s\[\]\)'", "format('true or x.%I = any($2::%s[])'", 1
+            ),
+        ),
+        caught_by="test_a_purge_racing_with_transitions_claims_and_acks_loses_nothing_live",
+    ),
+    Mutation(
+        name="purge_step_unbounded",
+        guarantee="G11",
+        breaks="a purge step takes any number of rows",
+        file="purge.sql",
+        edits=(
+            Edit(
+                r"if p_batch is null or p_batch not between 1 and 100000 then",
+                "if p_batch is null then",
+                1,
+            ),
+        ),
+        caught_by="test_only_the_owner_purges_and_bad_arguments_are_refused",
+    ),
 )
 BY_NAME = {m.name: m for m in MUTATIONS}
 
@@ -518,7 +622,7 @@ BY_NAME = {m.name: m for m in MUTATIONS}
 RAISE = re.compile(r"\braise\s+exception\b", re.IGNORECASE)
 # A call of a function that is all guard (it raises or returns nothing): deleting the call
 # disables the guard at that call site alone, which disabling its raise cannot show.
-GUARD_CALL = re.compile(r"\bperform\s+keel\.((?:assert|check|refuse|require)_\w+)\s*\(")
+GUARD_CALL = re.compile(r"\bperform\s+keel\.((?:adopt|assert|check|refuse|require)_\w+)\s*\(")
 ERRCODE = re.compile(r"errcode\s*=\s*'([0-9A-Z]{5})'", re.IGNORECASE)
 
 

@@ -201,10 +201,11 @@ def test_a_ciphertext_moved_to_another_row_does_not_decrypt(
 def test_destroying_the_tenants_data_keys_makes_its_payloads_unreadable(
     connect, ledger, provider, tenant, make_tenant, leased, workflow
 ):
-    """G10's crypto-shredding, for checkpoints (tenant deletion as a whole is not covered
-    yet). The owner destroys the keys: the wrapped key is gone, loading raises
-    data_key_destroyed, and the ciphertext left behind does not decrypt with anything
-    the database holds. Another tenant is untouched; a new save uses a new key version.
+    """G10's crypto-shredding, for checkpoints alone (tenant deletion as a whole:
+    test_g10_tenant_deletion.py). The owner destroys the keys: the wrapped key is gone,
+    loading raises data_key_destroyed, and the ciphertext left behind does not decrypt
+    with anything the database holds. Another tenant is untouched; a new save uses a new
+    key version.
 
     No mutation: one owner-only UPDATE; the test checks that nothing else keeps the key"""
     task_id, token = leased

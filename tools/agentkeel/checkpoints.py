@@ -11,18 +11,21 @@ ciphertext and wrapped keys, never a plaintext payload or a usable key.
   ciphertext no one can read.
 
 A key provider is anything with ``key_id``, ``wrap`` and ``unwrap``; agentkeel ships one
-that reads the key from an environment variable and one that reads it from a file. A KMS
-provider fits the same three members.
+that reads the key from an environment variable, one that reads it from a file, and a
+keyring with a key per tenant that tenant deletion destroys (so that backups taken before
+it cannot be read either). A KMS provider fits the same three members.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import os
 import secrets
 import stat
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -125,6 +128,122 @@ class FileKeyProvider(StaticKeyProvider):
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ValueError(f"{path}: a key file must not be readable by others (chmod 600)")
         super().__init__(parse_key(path.read_text(encoding="ascii"), str(path)))
+
+
+class KeyringKeyProvider:
+    """A wrapping key per tenant, each in a file of its own in a directory that only its
+    owner may read and that the database never sees. destroy_tenant(tenant) erases the
+    tenant's file, after which no copy of its wrapped data keys anywhere (a backup, a
+    replica, a dump restored elsewhere) unwraps: what crypto-shredding needs to reach
+    copies (G10). With one wrapping key for every tenant (StaticKeyProvider and its kin),
+    a backup taken before a deletion holds wrapped keys that key still opens. A KMS with a
+    key per tenant fits the same shape.
+
+    Every worker that saves or loads checkpoints, and `agentkeel tenant delete --keyring`,
+    use the same directory (one volume they all mount; copies would each make their own
+    key for a new tenant). A tenant's key is made on its first wrap, never by an unwrap.
+    create=False opens an existing keyring only (`tenant delete` does, so that a mistyped
+    path is an error rather than an empty keyring)."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
+        self._dir = Path(directory)
+        if not create and not (self._dir / "keyring.id").is_file():
+            raise ValueError(f"{self._dir}: not a checkpoint keyring (no keyring.id in it)")
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = self._dir.stat()
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ValueError(f"{self._dir}: a keyring must not be open to others (chmod 700)")
+        if info.st_uid != os.geteuid():
+            raise ValueError(f"{self._dir}: a keyring must belong to the user that uses it")
+        # The keyring's name, stored with each wrapped data key: made once, kept in the
+        # directory, so every process using this keyring reports the same key_id.
+        self._key_id = "keyring:" + self._read_or_make("keyring.id", secrets.token_hex(8)).strip()
+
+    @property
+    def key_id(self) -> str:
+        return self._key_id
+
+    def _path(self, tenant_id: uuid.UUID) -> Path:
+        return self._dir / f"{tenant_id}.key"
+
+    def _read(self, path: Path) -> str | None:
+        """The file's text; None when there is none. Never follows a symlink, and refuses
+        a file others may read."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        with os.fdopen(fd, "r", encoding="ascii") as f:
+            if os.fstat(f.fileno()).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ValueError(f"{path}: a key file must not be readable by others (chmod 600)")
+            return f.read()
+
+    def _read_or_make(self, name: str, content: str) -> str:
+        """The file's text; made first with content (atomically: a racing process reads
+        the one that won) when it does not exist."""
+        path = self._dir / name
+        text = self._read(path)
+        if text is not None:
+            return text
+        fd, temporary = tempfile.mkstemp(dir=self._dir, prefix=".new-")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(content)
+            os.chmod(temporary, 0o600)
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
+        text = self._read(path)
+        if text is None:  # destroyed between the link and the read
+            raise CheckpointUnreadable(f"{path} was destroyed while it was made")
+        return text
+
+    @staticmethod
+    def _tenant(context: bytes) -> uuid.UUID:
+        if not context.startswith(_DATA_KEY_CONTEXT) or len(context) != len(_DATA_KEY_CONTEXT) + 16:
+            raise ValueError("a keyring wraps tenant data keys only (data_key_context)")
+        return uuid.UUID(bytes=context[len(_DATA_KEY_CONTEXT) :])
+
+    def wrap(self, data_key: bytes, context: bytes) -> bytes:
+        path = self._path(self._tenant(context))
+        text = self._read_or_make(path.name, secrets.token_hex(KEY_BYTES))
+        return StaticKeyProvider(parse_key(text, str(path))).wrap(data_key, context)
+
+    def unwrap(self, wrapped: bytes, context: bytes) -> bytes:
+        tenant_id = self._tenant(context)
+        path = self._path(tenant_id)
+        try:
+            text = self._read(path)
+            key = None if text is None else parse_key(text, str(path))
+        except ValueError as err:  # a key being destroyed (zeroed) reads as no key
+            raise CheckpointUnreadable(
+                f"tenant {tenant_id}'s wrapping key is unreadable: {err}"
+            ) from err
+        if key is None:
+            raise CheckpointUnreadable(
+                f"tenant {tenant_id}'s wrapping key is not in the keyring: destroyed when the "
+                "tenant was deleted (G10), or another keyring"
+            )
+        return StaticKeyProvider(key).unwrap(wrapped, context)
+
+    def destroy_tenant(self, tenant_id: uuid.UUID) -> bool:
+        """Erase the tenant's wrapping key (overwritten, then removed); False if there was
+        none. Every data key it wrapped, wherever a copy is, is unreadable from then on. A
+        later wrap for the tenant (a worker still running for it) makes a new key, which
+        wraps nothing the deleted tenant had."""
+        path = self._path(tenant_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return False
+        with os.fdopen(fd, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.write(b"\0" * size)
+            f.flush()
+            os.fsync(f.fileno())
+        path.unlink()
+        return True
 
 
 def new_data_key() -> bytes:

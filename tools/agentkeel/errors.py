@@ -178,6 +178,11 @@ class SessionVersionConflict(KeelError):
     name = "session_version_conflict"
 
 
+class TenantDeleted(KeelError):
+    sqlstate = "55K17"
+    name = "tenant_deleted"
+
+
 ERRORS: dict[str, type[KeelError]] = {cls.sqlstate: cls for cls in KeelError.__subclasses__()}
 
 

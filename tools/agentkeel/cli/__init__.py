@@ -12,6 +12,7 @@ from agentkeel.cli import (  # noqa: F401  (importing a module registers its com
     reference,
     relay,
     rounds,
+    tenant,
 )
 from agentkeel.cli.app import main
 

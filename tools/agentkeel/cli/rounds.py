@@ -1,4 +1,5 @@
-"""`agentkeel recover` and `agentkeel watchdog`: work in rounds, once or every S seconds."""
+"""`agentkeel recover`, `agentkeel watchdog` and `agentkeel purge`: work in rounds, once or
+every S seconds."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Callable
 
 import click
@@ -156,3 +158,62 @@ def watchdog(
             out.print(f"{len(rows)} backend(s) {verb}", markup=False)
 
     run_rounds(dsn, "agentkeel-watchdog", once, interval, one_round)
+
+
+@main.command(short_help="Remove what retention says is finished with (G11).")
+@dsn_option
+@once_or_interval
+@click.option(
+    "--tenant",
+    "tenants",
+    type=click.UUID,
+    multiple=True,
+    metavar="TENANT",
+    help="Only this tenant (repeatable); by default every tenant.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Rows removed per step; each step is one short transaction.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what is due per kind; remove nothing.")
+@format_option(json_help="one object per round: rows per kind and per table")
+def purge(
+    dsn: str | None,
+    once: bool,
+    interval: float | None,
+    tenants: tuple[uuid.UUID, ...],
+    batch: int,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Remove, tenant by tenant, what each tenant's retention periods say is finished
+    with: finished tasks with everything they own, expired idempotency keys, checkpoints no
+    worker resumes from, closed sessions, delivered and dead outbox messages, inbox rows.
+    Never a live row, never waiting on a lock: safe beside traffic. Periods: keel.settings
+    (retain_*) and keel.set_tenant_retention. Needs the owner (a keel_migrator login);
+    docs/retention.md."""
+    from rich.progress import Progress
+
+    from agentkeel.purge import purge_round
+
+    def one_round(conn: psycopg.Connection, looping: bool) -> None:
+        with Progress(
+            console=err, transient=True, disable=as_json or looping or not err.is_terminal
+        ) as bar:
+            task = bar.add_task("purging", total=None)
+            report = purge_round(
+                conn, batch, tenants, dry_run, progress=lambda n: bar.advance(task, n)
+            )
+        if as_json:
+            click.echo(json.dumps(report.as_json()))
+        elif not looping or report.total:
+            out.print(report.describe(), markup=False)
+        for tenant, error in report.failed.items():
+            err.print(f"agentkeel: tenant {tenant} not purged: {error}", markup=False)
+        if report.failed and not looping:
+            fail(f"{len(report.failed)} tenant(s) not purged (above)", ExitCode.DATABASE_ERROR)
+
+    run_rounds(dsn, "agentkeel-purge", once, interval, one_round)
