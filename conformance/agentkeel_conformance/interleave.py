@@ -11,7 +11,7 @@ Spec grammar (specs/*.spec):
 
     # guarantee: G2            one or more ids, for the guarantee table
     setup { sql }              before each permutation, on the control connection
-    session s1
+    session s1                 a keel_worker login; `session s2 as owner`: the owner's
     step s1_reserve { sql }    {tenant}, {task}, {task2}, {workflow} become literals
     permutation s1_a s2_a ...  (none: every interleaving that keeps each session's order)
 """
@@ -57,6 +57,7 @@ class Spec:
     guarantees: list[str]
     setup: list[str] = field(default_factory=list)
     sessions: dict[str, list[Step]] = field(default_factory=dict)
+    owner_sessions: set[str] = field(default_factory=set)  # `session <name> as owner`
     permutations: list[list[str]] = field(default_factory=list)
 
     @property
@@ -125,6 +126,10 @@ def parse_spec(text: str, name: str = "spec") -> Spec:
                 raise SpecError(f"{name}: session needs a name")
             session, pos = ident[1], pos + ident.end()
             spec.sessions[session] = []
+            as_owner = re.match(r"as\s+owner\b\s*", body[pos:])
+            if as_owner:
+                spec.owner_sessions.add(session)
+                pos += as_owner.end()
         elif keyword == "step":
             ident = re.match(r"(\w+)\s*", body[pos:])
             if not ident or session is None:
@@ -254,7 +259,10 @@ class Runner:
         }
         lines = [f"starting permutation: {' '.join(perm)}"]
         control = self._connect(self.control_dsn)
-        conns = {name: self._connect() for name in spec.sessions}
+        conns = {
+            name: self._connect(self.owner_dsn if name in spec.owner_sessions else None)
+            for name in spec.sessions
+        }
         waiting: list[_Running] = []
         try:
             with control.transaction():
