@@ -27,15 +27,17 @@ def embedded() -> None:
     try:
         with embedded_database() as target:  # SIGTERM: KeyboardInterrupt too (target.py)
             # The DSN alone on stdout (`dsn=$(agentkeel embedded | head -1)`); how to use it
-            # and how to stop it on stderr.
-            out.print(target, markup=False)
-            sys.stdout.flush()
+            # and how to stop it on stderr, written first: whoever reads the DSN and stops
+            # the cluster at once must not cut the hint off.
             err.print(
                 f"agentkeel: a migrated throwaway PostgreSQL is running; use it with\n"
                 f"  export AGENTKEEL_DSN='{target}'\n"
                 f"Ctrl-C (or kill -INT / kill -TERM {os.getpid()}) stops it and removes its data.",
                 markup=False,
             )
+            sys.stderr.flush()
+            out.print(target, markup=False)
+            sys.stdout.flush()
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:
