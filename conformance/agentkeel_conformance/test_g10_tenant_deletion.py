@@ -24,7 +24,7 @@ from agentkeel.errors import (
     translate,
 )
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import in_tenant, tenant_snapshot, tenant_tables
+from agentkeel_conformance.harness import in_tenant, inconclusive, tenant_snapshot, tenant_tables
 from agentkeel_conformance.tenant_fill import fill_tenant
 
 pytestmark = pytest.mark.guarantee("G10")
@@ -262,8 +262,9 @@ def test_writers_racing_the_deletion_leave_no_row_behind(owner, keel, filled, wo
             t.join(60)
     assert not unexpected, unexpected
     assert not served_after_mark, "a call begun after the first step was served"
-    assert refused, "no writer call was refused: the race never happened"
     assert sum(rows_of(owner, tenant).values()) == 0
+    if not refused:  # the writers never met the deletion: nothing was shown either way
+        inconclusive("no writer call was refused: the writers never met the deletion")
 
 
 def test_only_the_owner_deletes_and_bad_arguments_are_refused(

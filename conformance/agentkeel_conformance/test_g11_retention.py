@@ -18,7 +18,7 @@ import pytest
 from agentkeel.client import Keel
 from agentkeel.errors import InvalidArgument, translate
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import in_tenant, tenant_snapshot
+from agentkeel_conformance.harness import in_tenant, inconclusive, tenant_snapshot
 from agentkeel_conformance.tenant_fill import FILL_KEY, fill_tenant
 
 pytestmark = pytest.mark.guarantee("G11")
@@ -305,7 +305,6 @@ def test_a_purge_racing_with_transitions_claims_and_acks_loses_nothing_live(
         for t in threads:
             t.join(60)
     assert not errors, errors
-    assert purged >= 100, "the purge never had finished tasks to remove: no race happened"
     purge_all(owner, tenant, 7)
     with in_tenant(owner, tenant):
         tasks = owner.execute(
@@ -325,6 +324,8 @@ def test_a_purge_racing_with_transitions_claims_and_acks_loses_nothing_live(
         assert seqs == list(range(1, last + 1)), f"task {task_id} lost events: {seqs}"
     assert orphans == (0,)
     assert set(running) <= {t[0] for t in tasks}, "a task that was not finished was purged"
+    if purged < 100:  # too few purges beside the writers to show anything either way
+        inconclusive(f"the purge removed {purged} rows beside the writers in 60 s, not 100")
 
 
 def test_only_the_owner_purges_and_bad_arguments_are_refused(owner, login_role, tenant):
