@@ -47,7 +47,7 @@ begin
         ('42K15', 'session_not_found',
          'No session with that id exists in the tenant: create it with keel.save_session first.'),
         ('54K01', 'quota_exceeded',
-         'The write would take a tenant or an object past its quota: a tenant''s pending outbox messages, a task''s checkpoints or step attempts (the tenant''s own limit in keel.tenant_quotas, else keel.settings), a session''s step updates or their bytes (keel.settings). Nothing was written.'),
+         'The write would take a tenant or an object past its quota: a tenant''s pending outbox messages, sessions or checkpoint bytes, a task''s checkpoints or step attempts (the tenant''s own limit in keel.tenant_quotas, else keel.settings), a session''s step updates or their bytes (keel.settings). Nothing was written.'),
         ('55K01', 'stale_state',
          'The task''s state_version is not the expected one: another writer changed it first. Nothing was written.'),
         ('55K02', 'illegal_transition',

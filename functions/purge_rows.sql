@@ -28,6 +28,7 @@ declare
     v_keys text[];
     v_child record;
     v_count bigint;
+    v_bytes bigint;
 begin
     if v_left <= 0 then
         return;
@@ -95,15 +96,28 @@ begin
             -- A statement, not set_config(): on Citus only SET LOCAL reaches the workers.
             set local keel.purge = on;
         end if;
+        -- The bytes of the checkpoint payloads removed, for the tenant's byte quota.
         execute format(
             'with c as materialized (select %2$s from %1$s as x where x.tenant_id = $1 and %3$s%4$s'
-            ' limit $3 for update of x skip locked)'
-            ' delete from %1$s as d where d.tenant_id = $1 and (%2$s) in (select %2$s from c)',
-            v_child.relation, v_child.key_columns, v_child.filter, v_child.unreferenced
-        ) using p_tenant_id, v_keys, v_left;
-        get diagnostics v_count = row_count;
+            ' limit $3 for update of x skip locked),'
+            ' d as (delete from %1$s as d where d.tenant_id = $1 and (%2$s) in (select %2$s from c)'
+            ' returning %5$s as bytes)'
+            ' select count(*), coalesce(sum(d.bytes), 0) from d',
+            v_child.relation, v_child.key_columns, v_child.filter, v_child.unreferenced,
+            case
+                when v_child.relation = 'keel.checkpoint_payloads'::regclass
+                    then 'octet_length(d.ciphertext)'
+                else '0'
+            end
+        ) into v_count, v_bytes using p_tenant_id, v_keys, v_left;
         if v_child.relation = 'keel.task_events'::regclass then
             set local keel.purge = off;
+        end if;
+        -- Written beside the counter, never on it: a save of the tenant holds the counter's
+        -- row lock to its commit, and a purge does not wait (keel.add_tenant_usage folds it).
+        if v_bytes > 0 then
+            insert into keel.tenant_usage_credits (tenant_id, counter, amount)
+            values (p_tenant_id, 'checkpoint_bytes', v_bytes);
         end if;
         if v_count > 0 then
             v_left := v_left - v_count;

@@ -27,6 +27,7 @@ declare
     v_destroyed timestamptz;
     v_seq integer;
     v_checkpoint keel.checkpoints;
+    v_counted boolean;
 begin
     perform keel.require_tenant(p_tenant_id);
     if p_checkpoint_id is null then
@@ -78,6 +79,18 @@ begin
         v_expires := keel.interval_end('checkpoint lifetime', p_ttl, v_now, interval '10 years');
     end if;
 
+    -- The tenant's byte quota first, before any other row lock (keel.add_tenant_usage):
+    -- a save that turns out to store nothing gives its bytes back below. A retried save of
+    -- a stored checkpoint takes none, whatever the quota.
+    v_counted := not exists (
+        select 1
+        from keel.checkpoints as c
+        where c.tenant_id = p_tenant_id and c.checkpoint_id = p_checkpoint_id
+    );
+    if v_counted then
+        perform keel.add_tenant_usage(p_tenant_id, 'checkpoint_bytes', octet_length(p_ciphertext));
+    end if;
+
     -- FOR UPDATE: checkpoints of a task are numbered under its row lock, and no claim can
     -- move the lease until this commits (G5).
     v_task := keel.lock_task(p_tenant_id, p_task_id);
@@ -99,11 +112,7 @@ begin
     end if;
 
     -- A retried save of a stored checkpoint is answered below, whatever the quota.
-    if not exists (
-        select 1
-        from keel.checkpoints as c
-        where c.tenant_id = p_tenant_id and c.checkpoint_id = p_checkpoint_id
-    ) then
+    if v_counted then
         perform keel.check_quota(p_tenant_id, p_task_id, 'max_task_checkpoints', 1);
     end if;
 
@@ -123,6 +132,12 @@ begin
     returning c.* into v_checkpoint;
 
     if not found then
+        -- Stored by a concurrent save meanwhile: the bytes counted above are given back.
+        if v_counted then
+            perform keel.add_tenant_usage(
+                p_tenant_id, 'checkpoint_bytes', -octet_length(p_ciphertext)::bigint
+            );
+        end if;
         -- A retried save of the same checkpoint returns it; anything else is a conflict.
         select c.* into v_checkpoint
         from keel.checkpoints as c
@@ -149,4 +164,4 @@ end;
 $$;
 
 comment on function keel.save_checkpoint(uuid, uuid, uuid, bigint, text, integer, bytea, bytea, text, integer, text, interval) is
-'Stores a recovery point of a leased task (G8): its kind, schema version and the payload as ciphertext only (AES-GCM under the tenant''s data key p_key_version, made by the client: the database never sees plaintext, G9). p_payload_hash must be the sha256 hex of the ciphertext. Numbered per task (seq). p_ttl: it stops being offered for resuming after that. Saving the same checkpoint id again with the same payload returns it; with another, checkpoint_conflict (23K10). Fenced by the task lease (lease_lost, 55K03); data_key_destroyed (55K10) for a destroyed key.';
+'Stores a recovery point of a leased task (G8): its kind, schema version and the payload as ciphertext only (AES-GCM under the tenant''s data key p_key_version, made by the client: the database never sees plaintext, G9). p_payload_hash must be the sha256 hex of the ciphertext. Numbered per task (seq). p_ttl: it stops being offered for resuming after that. Saving the same checkpoint id again with the same payload returns it; with another, checkpoint_conflict (23K10). Fenced by the task lease (lease_lost, 55K03); data_key_destroyed (55K10) for a destroyed key; quota_exceeded (54K01) past the task''s max_task_checkpoints or the tenant''s max_tenant_checkpoint_bytes.';

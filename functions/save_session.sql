@@ -48,6 +48,15 @@ begin
         end if;
     end if;
 
+    -- A new session counts against the tenant's quota; a save of one it has, never.
+    if not exists (
+        select 1
+        from keel.sessions as s
+        where s.tenant_id = p_tenant_id and s.session_id = p_session_id
+    ) then
+        perform keel.check_quota(p_tenant_id, null, 'max_tenant_sessions', 1);
+    end if;
+
     insert into keel.sessions as s (
         tenant_id, session_id, task_id, state, status, state_version, last_update_seq,
         created_at, updated_at
@@ -121,4 +130,4 @@ end;
 $$;
 
 comment on function keel.save_session(uuid, text, jsonb, text, uuid, bigint) is
-'Creates or replaces the snapshot of a chat-loop session (state object, status active / completed / failed, optional task) under the session row''s lock. Saving the stored snapshot again changes nothing (idempotent); any other change increments state_version. p_expected_version (0: must not exist yet) refuses a save over a newer version with session_version_conflict (55K16). A completed or failed session is never made active again (session_update_refused, 55K15); a terminal status may replace the other one. The state passes keel.check_payload (G9). Nothing is written on any error.';
+'Creates or replaces the snapshot of a chat-loop session (state object, status active / completed / failed, optional task) under the session row''s lock. Saving the stored snapshot again changes nothing (idempotent); any other change increments state_version. p_expected_version (0: must not exist yet) refuses a save over a newer version with session_version_conflict (55K16). A completed or failed session is never made active again (session_update_refused, 55K15); a terminal status may replace the other one. The state passes keel.check_payload (G9). A save that would create a session past the tenant''s max_tenant_sessions is refused with quota_exceeded (54K01). Nothing is written on any error.';

@@ -57,6 +57,24 @@ def tasks_of(dsn: str, tenant: uuid.UUID) -> int:
         return int(row.fetchone()[0])  # type: ignore[index]
 
 
+def checkpoint_bytes(dsn: str, tenant: uuid.UUID) -> tuple[int, int]:
+    """The tenant's checkpoint bytes as its quota counts them (keel.tenant_quota_status:
+    the counter less the purges' credits) and what its payloads hold."""
+    with psycopg.connect(dsn, autocommit=True) as conn, in_tenant(conn, tenant):
+        counted = conn.execute(
+            "select used from keel.tenant_quota_status(%s)"
+            " where setting = 'max_tenant_checkpoint_bytes'",
+            (tenant,),
+        ).fetchone()
+        held = conn.execute(
+            "select coalesce(sum(octet_length(ciphertext)), 0)::bigint"
+            " from keel.checkpoint_payloads where tenant_id = %s",
+            (tenant,),
+        ).fetchone()
+        assert counted is not None and held is not None
+        return int(counted[0]), int(held[0])
+
+
 def test_a_dry_run_counts_and_a_round_purges_only_what_is_due(migrated_db):
     due, kept = finished_tenant(migrated_db), finished_tenant(migrated_db, retain=None)
     dry = run_agentkeel("purge", "--dsn", migrated_db, "--dry-run", "--format", "json")
@@ -139,7 +157,9 @@ def citus_purge_db(citus_admin_dsn: str) -> Iterator[str]:
 @pytest.mark.citus
 def test_on_citus_the_purge_removes_what_is_due_and_keeps_the_rest(citus_purge_db):
     """Four tenants on the cluster, two with every period 0: a purge round in steps of
-    three removes their finished tasks and all they own, and nothing of the other two."""
+    three removes their finished tasks and all they own, and nothing of the other two; the
+    purged tenants' checkpoint bytes are credited back (0 counted), the others' stay what
+    they hold."""
     dsn = citus_purge_db
     due = [finished_tenant(dsn) for _ in range(2)]
     kept = [finished_tenant(dsn, retain=None) for _ in range(2)]
@@ -148,3 +168,7 @@ def test_on_citus_the_purge_removes_what_is_due_and_keeps_the_rest(citus_purge_d
     report = json.loads(done.stdout)
     assert report["relations"]["keel.tasks"] == 4 and report["relations"]["keel.task_events"] == 12
     assert [tasks_of(dsn, t) for t in due + kept] == [0, 0, 2, 2]
+    assert [checkpoint_bytes(dsn, t) for t in due] == [(0, 0), (0, 0)]
+    for tenant in kept:
+        counted, held = checkpoint_bytes(dsn, tenant)
+        assert counted == held > 0

@@ -613,6 +613,81 @@ MUTATIONS: tuple[Mutation, ...] = (
         ),
         caught_by="test_only_the_owner_purges_and_bad_arguments_are_refused",
     ),
+    Mutation(
+        name="checkpoint_bytes_unchecked",
+        guarantee="G9",
+        breaks="a checkpoint save neither counts nor checks the tenant's checkpoint bytes",
+        file="save_checkpoint.sql",
+        edits=(
+            Edit(
+                r"perform keel\.add_tenant_usage\(p_tenant_id, 'checkpoint_bytes', "
+                r"octet_length\(p_ciphertext\)\);",
+                "null;",
+                1,
+            ),
+        ),
+        caught_by="test_a_tenant_holds_checkpoint_bytes_up_to_its_quota_and_a_purge_gives_them_back",
+    ),
+    Mutation(
+        name="purge_credits_nothing",
+        guarantee="G9",
+        breaks="a purge removes checkpoints but credits none of their bytes to the tenant",
+        file="purge_rows.sql",
+        edits=(
+            Edit(
+                r"insert into keel\.tenant_usage_credits \(tenant_id, counter, amount\)"
+                r"\s+values \(p_tenant_id, 'checkpoint_bytes', v_bytes\);",
+                "null;",
+                1,
+            ),
+        ),
+        caught_by="test_a_tenant_holds_checkpoint_bytes_up_to_its_quota_and_a_purge_gives_them_back",
+    ),
+    Mutation(
+        name="purge_waits_on_saves",
+        guarantee="G11",
+        breaks="a purge takes the bytes it removed off the tenant's counter, under its lock",
+        file="purge_rows.sql",
+        edits=(
+            Edit(
+                r"insert into keel\.tenant_usage_credits \(tenant_id, counter, amount\)"
+                r"\s+values \(p_tenant_id, 'checkpoint_bytes', v_bytes\);",
+                "update keel.tenant_usage as u set amount = u.amount - v_bytes"
+                " where u.tenant_id = p_tenant_id and u.counter = 'checkpoint_bytes';",
+                1,
+            ),
+        ),
+        caught_by="test_the_purge_does_not_wait_on_a_save_and_gives_its_bytes_back",
+    ),
+    Mutation(
+        name="usage_from_snapshot",
+        guarantee="G9",
+        breaks="a tenant's checkpoint bytes are counted from what the saving transaction sees",
+        file="add_tenant_usage.sql",
+        edits=(
+            Edit(
+                r"update keel\.tenant_usage as u.*?\n    end if;\n",
+                "select coalesce(sum(octet_length(p.ciphertext)), 0) + p_amount into v_held"
+                " from keel.checkpoint_payloads as p where p.tenant_id = p_tenant_id;\n",
+                1,
+            ),
+        ),
+        caught_by="test_interleaving",
+    ),
+    Mutation(
+        name="sessions_unbounded",
+        guarantee="G9",
+        breaks="a tenant creates any number of sessions",
+        file="save_session.sql",
+        edits=(
+            Edit(
+                r"perform keel\.check_quota\(p_tenant_id, null, 'max_tenant_sessions', 1\);",
+                "null;",
+                1,
+            ),
+        ),
+        caught_by="test_a_tenant_holds_sessions_up_to_its_quota_and_then_none",
+    ),
 )
 BY_NAME = {m.name: m for m in MUTATIONS}
 

@@ -112,9 +112,15 @@ def test_deleting_a_tenant_removes_every_row_of_it_and_nothing_of_any_other(owne
 
     Mutation: deletion_order_skips_a_table"""
     doomed, kept_a, kept_b = filled(), filled(), filled()
-    # The owner's rows of a tenant too: its own quota and retention period.
+    # The owner's rows of a tenant too: its own quota, retention period and a credit.
     owner.execute("select keel.set_tenant_quota(%s, 'max_task_checkpoints', 50)", (doomed,))
     owner.execute("select keel.set_tenant_retention(%s, 'retain_inbox', '1 day')", (doomed,))
+    with in_tenant(owner, doomed):  # a purge's credit of checkpoint bytes, as keel.purge writes it
+        owner.execute(
+            "insert into keel.tenant_usage_credits (tenant_id, counter, amount)"
+            " values (%s, 'checkpoint_bytes', 1)",
+            (doomed,),
+        )
     before = rows_of(owner, doomed)
     assert all(before.values()), f"a tenant table the test wrote nothing to: {before}"
     with in_tenant(owner, doomed):

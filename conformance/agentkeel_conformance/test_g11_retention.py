@@ -235,6 +235,52 @@ def test_the_purge_skips_rows_someone_holds_and_takes_them_later(
     assert ids(owner, tenant, "select message_id from keel.outbox where tenant_id = %s") == set()
 
 
+def test_the_purge_does_not_wait_on_a_save_and_gives_its_bytes_back(
+    owner, keel, make_tenant, workflow, login_role, connect
+):
+    """A save of the tenant holds its checkpoint-byte counter (keel.tenant_usage) to its
+    commit. A purge (lock_timeout 5 s) beside such an open save does not wait on it: it
+    removes every finished task with its checkpoints, and credits their bytes to the tenant
+    (keel.tenant_usage_credits) without touching the counter; the tenant's quota counts
+    them given back (keel.tenant_quota_status) while the save is still open and after.
+
+    Mutation: purge_waits_on_saves"""
+    topic = f"g11.{uuid.uuid4().hex[:8]}"
+    tenant = make_tenant()
+    fill_tenant(keel.conn, tenant, workflow.name, 3, topic=topic)
+    deliver(login_role("keel_relay").dsn, topic)
+    retain_nothing(owner, tenant)
+
+    def counted() -> tuple[int, int]:
+        with in_tenant(owner, tenant):
+            row = owner.execute(
+                "select used from keel.tenant_quota_status(%s)"
+                " where setting = 'max_tenant_checkpoint_bytes'",
+                (tenant,),
+            ).fetchone()
+            held = owner.execute(
+                "select coalesce(sum(octet_length(ciphertext)), 0)"
+                " from keel.checkpoint_payloads where tenant_id = %s",
+                (tenant,),
+            ).fetchone()
+        assert row is not None and held is not None
+        return int(row[0]), int(held[0])
+
+    before, held = counted()
+    assert before == held > 0
+    saver = connect(owner=True)
+    with saver.transaction():
+        saver.execute("select keel.use_tenant(%s)", (tenant,))
+        locked = saver.execute(
+            "select 1 from keel.tenant_usage where tenant_id = %s for update", (tenant,)
+        ).fetchall()
+        assert locked, "the tenant's saves made no counter row"
+        purge_all(owner, tenant, lock_timeout="5s")
+        assert ids(owner, tenant, "select task_id from keel.tasks where tenant_id = %s") == set()
+        assert counted() == (0, 0)
+    assert counted() == (0, 0)
+
+
 def test_a_purge_racing_with_transitions_claims_and_acks_loses_nothing_live(
     owner, keel, make_tenant, workflow, role_dsn, login_role
 ):

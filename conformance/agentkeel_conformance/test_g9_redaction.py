@@ -376,6 +376,76 @@ def test_a_task_saves_checkpoints_and_opens_step_attempts_up_to_its_quota(
     assert again.outcome == "in_progress"
 
 
+def test_a_tenant_holds_checkpoint_bytes_up_to_its_quota_and_a_purge_gives_them_back(
+    connect, keel, make_tenant, workflow
+):
+    """A checkpoint holds up to 16 MiB and a task may save 10,000, so the tenant's bytes
+    have a limit of their own (settings.max_tenant_checkpoint_bytes, 10 GiB). The owner
+    gives tenant A room for two and a half checkpoints: two are stored, the third is
+    refused with quota_exceeded (54K01) and writes nothing, not even its usage. Tenant B
+    saves three. When A invalidates one and a purge (retention 0 for old checkpoints)
+    removes it, its bytes are A's again and the third is stored.
+    Mutation: checkpoint_bytes_unchecked; also purge_credits_nothing"""
+    a, b = make_tenant(), make_tenant()
+    owner = connect(owner=True)
+    ledger = Keel(connect(), key_provider=StaticKeyProvider(os.urandom(32)))
+
+    def leased(tenant: uuid.UUID) -> tuple[uuid.UUID, int]:
+        task = keel.create_task(tenant, workflow.name, workflow.version)
+        lease = ledger.claim_lease(tenant, task.task_id, "bytes", timedelta(minutes=5))
+        return task.task_id, lease.fencing_token
+
+    task, token = leased(a)
+    first = ledger.save_checkpoint(a, task, token, "INPUT", {"n": 1})
+    with in_tenant(owner, a):
+        (size,) = owner.execute(
+            "select octet_length(ciphertext) from keel.checkpoint_payloads"
+            " where tenant_id = %s and checkpoint_id = %s",
+            (a, first.checkpoint_id),
+        ).fetchone()
+    set_quota(owner, a, "max_tenant_checkpoint_bytes", 2 * size + size // 2)
+    ledger.save_checkpoint(a, task, token, "INPUT", {"n": 2})
+    before = tenant_snapshot(owner, a)
+    with pytest.raises(QuotaExceeded) as info:
+        ledger.save_checkpoint(a, task, token, "INPUT", {"n": 3})
+    assert info.value.sqlstate == "54K01"
+    assert "checkpoint bytes of tenant" in info.value.message
+    assert tenant_snapshot(owner, a) == before, "a refused save wrote something"
+    other, other_token = leased(b)
+    for n in (1, 2, 3):
+        ledger.save_checkpoint(b, other, other_token, "INPUT", {"n": n})
+
+    ledger.invalidate_checkpoint(a, first.checkpoint_id, token)
+    owner.execute("select keel.set_tenant_retention(%s, 'retain_old_checkpoints', '0')", (a,))
+    removed = owner.execute("select relation, removed from keel.purge(%s, 100)", (a,)).fetchall()
+    assert ("keel.checkpoint_payloads", 1) in removed, removed
+    ledger.save_checkpoint(a, task, token, "INPUT", {"n": 3})
+
+
+def test_a_tenant_holds_sessions_up_to_its_quota_and_then_none(connect, make_tenant):
+    """Each session's updates are bounded, and so is the number of a tenant's sessions
+    (settings.max_tenant_sessions, 100,000, active or closed): with its own limit of 2,
+    tenant A saves two sessions, and a save that would create a third is refused with
+    quota_exceeded (54K01) and writes nothing. A's sessions still take new snapshots, and
+    tenant B saves three.
+    Mutation: sessions_unbounded"""
+    a, b = make_tenant(), make_tenant()
+    owner = connect(owner=True)
+    set_quota(owner, a, "max_tenant_sessions", 2)
+    sessions = Sessions(connect())
+    for n in (1, 2):
+        sessions.save(a, f"quota-{n}", {"turn": 0})
+    before = tenant_snapshot(owner, a)
+    with pytest.raises(QuotaExceeded) as info:
+        sessions.save(a, "quota-3", {"turn": 0})
+    assert info.value.sqlstate == "54K01"
+    assert "sessions of tenant" in info.value.message
+    assert tenant_snapshot(owner, a) == before, "a refused save wrote something"
+    assert sessions.save(a, "quota-1", {"turn": 1}).state_version == 2
+    for n in (1, 2, 3):
+        sessions.save(b, f"quota-{n}", {"turn": 0})
+
+
 @pytest.mark.parametrize("role", ["keel_app", "keel_worker", "keel_agent", "keel_relay"])
 def test_no_application_login_may_set_a_tenants_quota(login_role, tenant, role):
     """keel.set_tenant_quota is the owner's alone: an agent or an application could
@@ -397,12 +467,15 @@ def test_no_application_login_may_set_a_tenants_quota(login_role, tenant, role):
         ("max_session_updates", 5, "22K01"),  # not a per-tenant quota
         ("max_task_checkpoints", -1, "22K01"),
         ("max_task_checkpoints", 10**10, "22K01"),
+        ("max_tenant_sessions", 10**10, "22K01"),
+        ("max_tenant_checkpoint_bytes", 2**50 + 1, "22K01"),
         ("for_another_tenant", 5, "42K06"),
     ],
 )
 def test_a_tenant_quota_the_owner_sets_is_checked(connect, make_tenant, setting, value, sqlstate):
-    """keel.set_tenant_quota takes only the per-tenant quotas, 0 to 1,000,000,000, for the
-    tenant the transaction acts for; anything else is refused and writes nothing.
+    """keel.set_tenant_quota takes only the per-tenant quotas, counts of 0 to 1,000,000,000
+    and bytes up to 1 PiB, for the tenant the transaction acts for; anything else is
+    refused and writes nothing.
     No mutation: the generated mutants disable each of these guards (tests/test_mutants.py)."""
     tenant, other = make_tenant(), make_tenant()
     owner = connect(owner=True)

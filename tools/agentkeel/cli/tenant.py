@@ -1,4 +1,5 @@
-"""`agentkeel tenant delete`: delete a tenant (G10), in bounded steps, resumable."""
+"""`agentkeel tenant delete`: delete a tenant (G10), in bounded steps, resumable;
+`agentkeel tenant quota`: a tenant's quotas and what it holds of them (G9)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from agentkeel.preflight import require_schema
 from agentkeel.target import cleanup_on_sigterm
 
 
-@main.group(short_help="Tenant administration: delete a tenant (G10).")
+@main.group(short_help="Tenant administration: quotas (G9), deletion (G10).")
 def tenant() -> None:
     """Tenant administration, as the owner (a keel_migrator login)."""
 
@@ -134,3 +135,74 @@ def tenant_delete(
     if keys is not None:
         state = "destroyed" if shredded and shredded[0] else "not in the keyring (none to destroy)"
         out.print(f"keyring key of tenant {tenant_id}: {state}", markup=False)
+
+
+def _quota_change(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, int | None]:
+    """--set SETTING=N and --unset SETTING, as one dict of changes (None: remove)."""
+    from agentkeel.quotas import SETTINGS
+
+    changes: dict[str, int | None] = {}
+    for value in values:
+        setting, _, number = value.partition("=")
+        if setting not in SETTINGS:
+            raise click.BadParameter(f"{setting!r} is not one of {', '.join(SETTINGS)}")
+        if param.name == "unset":
+            changes[setting] = None
+            continue
+        if not number.isdigit():
+            raise click.BadParameter(f"{value!r}: expected SETTING=N, N a whole number")
+        changes[setting] = int(number)
+    return changes
+
+
+@tenant.command("quota", short_help="A tenant's quotas, what it holds of them; set its own.")
+@dsn_option
+@click.argument("tenant_id", type=click.UUID, metavar="TENANT")
+@click.option(
+    "--set",
+    "set_",
+    multiple=True,
+    metavar="SETTING=N",
+    callback=_quota_change,
+    help="Give the tenant its own limit (repeatable): max_tenant_pending_messages, "
+    "max_tenant_sessions, max_tenant_checkpoint_bytes, max_task_checkpoints, "
+    "max_task_step_attempts.",
+)
+@click.option(
+    "--unset",
+    multiple=True,
+    metavar="SETTING",
+    callback=_quota_change,
+    help="Remove the tenant's own limit (repeatable): the one for every tenant applies again.",
+)
+@format_option(json_help="one object: every quota with its limit, source and use")
+def tenant_quota(
+    dsn: str | None,
+    tenant_id: uuid.UUID,
+    set_: dict[str, int | None],
+    unset: dict[str, int | None],
+    as_json: bool,
+) -> None:
+    """Show TENANT's quotas: each limit, whether it is the tenant's own or the one for every
+    tenant (keel.settings), and what the tenant holds of it. With --set or --unset, change
+    its own limits first, in one transaction. Needs the owner (a keel_migrator login)."""
+    from agentkeel.quotas import quota_status, set_quotas
+
+    changes = {**set_, **unset}
+    with connect_dsn(require_dsn(dsn)) as conn:
+        require_schema(conn)
+        quotas = quota_status(conn, tenant_id)  # an unknown tenant is refused before any change
+        if changes:
+            set_quotas(conn, tenant_id, changes)
+            quotas = quota_status(conn, tenant_id)
+    if as_json:
+        click.echo(
+            json.dumps({"tenant_id": str(tenant_id), "quotas": [q.as_json() for q in quotas]})
+        )
+        return
+    for q in quotas:
+        used = f"{q.used:,}" if q.used is not None else "(per task)"
+        source = "own" if q.own else "default"
+        out.print(f"{q.setting:<30} {used:>16} of {q.quota:>20,}  {source}", markup=False)
