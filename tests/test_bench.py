@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import psycopg
+import pytest
 
 from agentkeel.bench import PAYLOAD_SHAPES
 from agentkeel.bench import run as run_policy
@@ -155,3 +156,50 @@ def test_the_noisy_workload_serves_the_other_tenant_and_leaves_nothing_behind(mi
     ]  # fmt: skip
     assert all(0 < m.p50_ms <= m.max_ms for m in results)
     assert leftovers(migrated_db) == before
+
+
+def test_the_pgbench_driver_runs_every_workload_on_both_sides(migrated_db):
+    """--driver pgbench: the same workloads as pgbench scripts. Each side did its work (the
+    claims count the tasks moved to done, the rest pgbench's transactions), the slices add
+    up to the operations, storage is sampled, and the keel side's server time per function
+    was read (the --dsn role is a superuser here, so the bench logins track functions):
+    every transition of the transition workload is one transition_task call."""
+    from agentkeel.bench_pgbench import find_pgbench
+
+    pgbench = find_pgbench()
+    if pgbench is None:
+        pytest.skip("no pgbench beside the server binaries or on PATH")
+    runs = run(migrated_db, list(WORKLOAD_NAMES), [2], duration=1.0, repeats=1, pgbench=pgbench)
+    assert {(r.workload, r.side, r.driver) for r in runs} == {
+        (w, side, "pgbench") for w in WORKLOAD_NAMES for side in ("floor", "keel")
+    }
+    assert all(r.ops > 0 and r.latencies_ms and sum(r.slices) == r.ops for r in runs)
+    assert all(len(r.storage) >= 2 for r in runs)
+    keel = {r.workload: r for r in runs if r.side == "keel"}
+    calls = {name.split("(")[0]: c for name, (c, _, _) in keel["transition"].functions.items()}
+    assert calls["keel.transition_task"] == keel["transition"].ops
+    assert "keel.claim_next_task" in {n.split("(")[0] for n in keel["claim-complete"].functions}
+    assert leftovers(migrated_db) == ((0,), (0,), (0,), (0,))
+
+
+def test_the_command_reports_both_drivers(migrated_db):
+    from agentkeel.bench_pgbench import find_pgbench
+
+    if find_pgbench() is None:
+        pytest.skip("no pgbench beside the server binaries or on PATH")
+    result = run_agentkeel(
+        "bench", "--dsn", migrated_db, "--workload", "reserve", "--workers", "1",
+        "--duration", "1", "--repeats", "1", "--driver", "both", "--format", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [(s["workload"], s["driver"]) for s in document["summary"]] == [
+        ("reserve", "python"),
+        ("reserve", "pgbench"),
+    ]
+    human = run_agentkeel(
+        "bench", "--dsn", migrated_db, "--workload", "reserve", "--workers", "1",
+        "--duration", "1", "--repeats", "1",
+    )  # fmt: skip
+    assert human.returncode == 0, human.stderr
+    assert "pgbench" in human.stdout and "reserve_operation" in human.stdout

@@ -13,6 +13,7 @@ connection per worker thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -45,6 +47,10 @@ class Run:
     # (seconds into the run, table bytes, index bytes, dead tuples) of the side's tables,
     # sampled once per slice: the growth and bloat of a sustained run
     storage: list[tuple[float, int, int, int]] = field(default_factory=list)
+    driver: str = "python"  # or "pgbench" (agentkeel.bench_pgbench)
+    # keel side, pgbench driver, when track_functions could be set: per keel function,
+    # (calls, total ms, self ms) in the server during the run (pg_stat_user_functions)
+    functions: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     @property
     def ops_per_s(self) -> float:
@@ -60,6 +66,7 @@ class Run:
         return {
             "workload": self.workload,
             "side": self.side,
+            "driver": self.driver,
             "workers": self.workers,
             "seconds": round(self.seconds, 3),
             "ops": self.ops,
@@ -70,6 +77,18 @@ class Run:
             "storage": [
                 {"t": round(t, 1), "table_bytes": tb, "index_bytes": ib, "dead_tuples": dead}
                 for t, tb, ib, dead in self.storage
+            ],
+            "functions": [
+                {
+                    "function": name,
+                    "calls": calls,
+                    "total_ms": round(total, 3),
+                    "self_ms": round(own, 3),
+                    "total_us_per_call": round(1000 * total / calls, 1) if calls else None,
+                }
+                for name, (calls, total, own) in sorted(
+                    self.functions.items(), key=lambda item: -item[1][2]
+                )
             ],
         }
 
@@ -89,6 +108,7 @@ class Summary:
     workers: int
     floor: Run
     keel: Run
+    driver: str = "python"
 
     @property
     def ratio(self) -> float:
@@ -96,19 +116,19 @@ class Summary:
 
 
 def summarize(runs: list[Run]) -> list[Summary]:
-    """The median run (by ops/s) of each side, per workload and worker count."""
-    keys = dict.fromkeys((r.workload, r.workers) for r in runs)
+    """The median run (by ops/s) of each side, per workload, worker count and driver."""
+    keys = dict.fromkeys((r.workload, r.workers, r.driver) for r in runs)
     out = []
-    for workload, workers in keys:
+    for key in keys:
 
-        def median(side: Side, workload: str = workload, workers: int = workers) -> Run:
+        def median(side: Side, key: tuple[str, int, str] = key) -> Run:
             mine = sorted(
-                (r for r in runs if (r.workload, r.workers, r.side) == (workload, workers, side)),
+                (r for r in runs if (r.workload, r.workers, r.driver, r.side) == (*key, side)),
                 key=lambda r: r.ops_per_s,
             )
             return mine[(len(mine) - 1) // 2]
 
-        out.append(Summary(workload, workers, median("floor"), median("keel")))
+        out.append(Summary(key[0], key[1], median("floor"), median("keel"), key[2]))
     return out
 
 
@@ -132,12 +152,20 @@ def bench_world(dsn: str) -> Iterator[World]:
     worker, app = f"bench_worker_{tag}", f"bench_app_{tag}"
     tenant, workflow, floor = uuid.uuid4(), f"bench-{tag}", f"agentkeel_bench_{tag}"
     with psycopg.connect(dsn, autocommit=True) as owner:
+        superuser = owner.execute("select rolsuper from pg_roles where rolname = current_user")
+        may_track = bool((superuser.fetchone() or (False,))[0])
         for role, group in ((worker, "keel_worker"), (app, "keel_app")):
             owner.execute(
                 sql.SQL("create role {} login in role {}").format(
                     sql.Identifier(role), sql.Identifier(group)
                 )
             )
+            if may_track:  # per-function server time (pg_stat_user_functions) of their calls
+                owner.execute(
+                    sql.SQL("alter role {} set track_functions = 'all'").format(
+                        sql.Identifier(role)
+                    )
+                )
     try:
         with psycopg.connect(dsn, autocommit=True) as owner:
             owner.execute(
@@ -234,15 +262,18 @@ class Workload:
 
 
 def _load_jobs(world: World, side: Side, rows: int, state: str = "queued") -> None:
-    """rows due jobs (tasks), or finished ones (state done: off the claim index)."""
+    """rows due jobs (tasks), or finished ones (state done: off the claim index). The
+    n-th due job of a side (from 0) has the id md5('bench-<n>'): the transition workload's
+    worker n moves that one (the pgbench driver finds it from its client id)."""
     wake = "now()" if state != "done" else "null"
+    ident = "md5('bench-' || (g - 1))::uuid" if state != "done" else "gen_random_uuid()"
     with psycopg.connect(world.dsn, autocommit=True) as owner:
         if side == "floor":
             owner.execute(
                 sql.SQL(
-                    "insert into {}.jobs (tenant_id, state, wake_at)"
-                    " select %s, %s, {} from generate_series(1, %s)"
-                ).format(sql.Identifier(world.floor), sql.SQL(wake)),
+                    "insert into {}.jobs (tenant_id, id, state, wake_at)"
+                    " select %s, {}, %s, {} from generate_series(1, %s) as g"
+                ).format(sql.Identifier(world.floor), sql.SQL(ident), sql.SQL(wake)),
                 (world.tenant, state, rows),
             )
         else:
@@ -251,9 +282,9 @@ def _load_jobs(world: World, side: Side, rows: int, state: str = "queued") -> No
                 owner.execute(
                     sql.SQL(
                         "insert into keel.tasks"
-                        " (tenant_id, workflow, workflow_version, state, wake_at)"
-                        " select %s, %s, 1, %s, {} from generate_series(1, %s)"
-                    ).format(sql.SQL(wake)),
+                        " (tenant_id, task_id, workflow, workflow_version, state, wake_at)"
+                        " select %s, {}, %s, 1, %s, {} from generate_series(1, %s) as g"
+                    ).format(sql.SQL(ident), sql.SQL(wake)),
                     (world.tenant, world.workflow, state, rows),
                 )
 
@@ -304,10 +335,16 @@ where (j.tenant_id, j.id) = (
 )
 returning j.tenant_id, j.id, j.version, j.token
 """
+# The completion appends one history row, as keel's transition appends its event.
 FLOOR_DONE = """
-update {s}.jobs set state = 'done', version = version + 1, lease_owner = null,
-    lease_expires_at = null, wake_at = null, updated_at = now()
-where tenant_id = %s and id = %s and token = %s and lease_expires_at > now()
+with done as (
+    update {s}.jobs set state = 'done', version = version + 1, lease_owner = null,
+        lease_expires_at = null, wake_at = null, updated_at = now()
+    where tenant_id = %s and id = %s and token = %s and lease_expires_at > now()
+    returning tenant_id, id, version
+)
+insert into {s}.events (tenant_id, job_id, seq, to_state)
+select tenant_id, id, version, 'done' from done
 """
 
 
@@ -407,28 +444,13 @@ PAYLOAD = '{"step": "bench"}'
 OUTBOX = '[{"topic": "bench.moved", "payload": {"step": "bench"}}]'
 
 
-def _own_job(world: World, side: Side, index: int) -> uuid.UUID:
-    """The index-th job of the side, each worker moving its own."""
-    with psycopg.connect(world.dsn, autocommit=True) as conn:
-        if side == "floor":
-            query = sql.SQL(
-                "select id from {}.jobs where state <> 'done' order by id offset %s limit 1"
-            ).format(sql.Identifier(world.floor))
-            row = conn.execute(query, (index,)).fetchone()
-        else:
-            with conn.transaction():
-                set_tenant_context(conn, world.tenant)
-                row = conn.execute(
-                    "select task_id from keel.tasks where tenant_id = %s and state <> 'done'"
-                    " order by task_id offset %s limit 1",
-                    (world.tenant, index),
-                ).fetchone()
-    assert row is not None
-    return uuid.UUID(str(row[0]))
+def _own_job(index: int) -> uuid.UUID:
+    """The index-th due job of a side (_load_jobs), each worker moving its own."""
+    return uuid.UUID(hashlib.md5(f"bench-{index}".encode(), usedforsecurity=False).hexdigest())
 
 
 def _transition_op(world: World, side: Side, index: int) -> Op:
-    job = _own_job(world, side, index)
+    job = _own_job(index)
     tenant = world.tenant
     state = {"version": 1, "to": "a"}
     if side == "floor":
@@ -512,6 +534,76 @@ def _reserve_op(world: World, side: Side, index: int) -> Op:
     return floor_op if side == "floor" else keel_op
 
 
+# a peer: procrastinate's own fetch + finish against keel's claim + complete -------------
+# The peer's schema (procrastinate/sql/schema.sql, from the installed package: pip install
+# 'agentkeel[peers]') goes into the floor's schema; its side runs there (search_path) as
+# the --dsn role. procrastinate's triggers append a row to procrastinate_events as a job
+# starts and as it finishes; keel appends its event on completion.
+
+PEER = "procrastinate"
+PEER_WORKERS = 64  # registered once per run: a worker id per connection
+PEER_FETCH = "select id from procrastinate_fetch_job_v2(null, %s)"
+PEER_FINISH = "select procrastinate_finish_job_v1(%s, 'succeeded', false)"
+
+
+def peer_available() -> bool:
+    """Whether procrastinate is installed (its schema file ships in its package)."""
+    import importlib.util
+
+    return importlib.util.find_spec(PEER) is not None
+
+
+def _peer_schema() -> str:
+    import importlib.resources
+
+    return (importlib.resources.files(PEER) / "sql" / "schema.sql").read_text()
+
+
+def _load_peer(world: World, side: Side, rows: int) -> None:
+    """keel: due tasks; the peer: its schema (once), then rows jobs to do and its workers."""
+    if side == "keel":
+        _load_jobs(world, side, rows)
+        return
+    with psycopg.connect(peer_dsn(world), autocommit=True) as conn:
+        if conn.execute("select to_regclass('procrastinate_jobs')").fetchone() == (None,):
+            conn.execute(_peer_schema().encode())
+        conn.execute(
+            "truncate procrastinate_events, procrastinate_jobs, procrastinate_workers"
+            " restart identity cascade"
+        )
+        conn.execute(
+            "insert into procrastinate_workers select from generate_series(1, %s)",
+            (PEER_WORKERS,),
+        )
+        conn.execute(
+            "insert into procrastinate_jobs (queue_name, task_name, args)"
+            " select 'default', 'bench', '{}' from generate_series(1, %s)",
+            (rows,),
+        )
+        conn.execute("analyze procrastinate_jobs")
+
+
+def _peer_op(world: World, side: Side, index: int) -> Op:
+    if side == "keel":
+        return _claim_complete_op(world, side, index)
+    worker = index % PEER_WORKERS + 1
+
+    def peer_op(conn: psycopg.Connection) -> int:
+        row = conn.execute(PEER_FETCH, (worker,)).fetchone()
+        if row is None or row[0] is None:
+            return 0
+        conn.execute(PEER_FINISH, (row[0],))
+        return 1
+
+    return peer_op
+
+
+def peer_dsn(world: World) -> str:
+    """The --dsn role with the floor's schema, where the peer's schema lives, on its path."""
+    schema = sql.Identifier(world.floor).as_string(None)
+    return conninfo.make_conninfo(world.dsn, options=f"-c search_path={schema}")
+
+
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
@@ -540,6 +632,13 @@ WORKLOADS: dict[str, Workload] = {
             _reserve_op,
         ),
         Workload(
+            "peer-procrastinate",
+            "keel's claim + complete against procrastinate's fetch + finish (on the floor side)",
+            _load_peer,
+            _peer_op,
+            default=False,
+        ),
+        Workload(
             "empty-claim",
             "a claim when nothing is due (an idle worker's poll)",
             lambda world, side, rows: None,
@@ -551,16 +650,22 @@ WORKLOADS: dict[str, Workload] = {
 
 
 WORKLOAD_NAMES = tuple(WORKLOADS)
-DEFAULT_WORKLOADS = tuple(w.name for w in WORKLOADS.values() if w.default)
+# The peer comparison is in the default set when the peer is installed.
+DEFAULT_WORKLOADS = tuple(
+    w.name
+    for w in WORKLOADS.values()
+    if w.default or (w.name == f"peer-{PEER}" and peer_available())
+)
 
 
 # -- running ----------------------------------------------------------------------------------
 
 
-def _connection_dsn(world: World, workload: str, side: Side) -> str:
+def connection_dsn(world: World, workload: str, side: Side) -> str:
     if side == "floor":
-        return world.dsn
-    return world.worker_dsn if "claim" in workload else world.app_dsn
+        return peer_dsn(world) if workload.startswith("peer-") else world.dsn
+    claims = "claim" in workload or workload.startswith("peer-")
+    return world.worker_dsn if claims else world.app_dsn
 
 
 STORAGE = """
@@ -573,12 +678,49 @@ left join pg_stat_user_tables as s on s.relid = c.oid
 """
 
 
-def _side_tables(world: World, side: Side) -> list[str]:
+def side_tables(world: World, side: Side) -> list[str]:
     """The tables a side writes, as regclass text."""
     if side == "keel":
         return ["keel.tasks", "keel.task_events", "keel.outbox", "keel.operations"]
     floor = sql.Identifier(world.floor).as_string(None)
     return [f"{floor}.{table}" for table in ("jobs", "events", "outbox", "operations")]
+
+
+FUNCTIONS = """
+select f.funcid::regprocedure::text, f.calls, f.total_time, f.self_time
+from pg_stat_user_functions as f
+where f.schemaname = 'keel'
+"""
+
+
+def function_stats(world: World) -> dict[str, tuple[int, float, float]]:
+    """Every keel function's (calls, total ms, self ms) so far, as the server counts them
+    (track_functions, which bench_world sets on its logins when it may)."""
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        rows = conn.execute(FUNCTIONS).fetchall()
+    return {str(name): (int(calls), float(total), float(own)) for name, calls, total, own in rows}
+
+
+def functions_during(
+    world: World, before: dict[str, tuple[int, float, float]]
+) -> dict[str, tuple[int, float, float]]:
+    """The calls made during the run: the counts after it less those before. A backend
+    reports its counts as it exits, just after pgbench has returned; read until two reads
+    a tenth of a second apart agree (at most two seconds)."""
+    after = function_stats(world)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        again = function_stats(world)
+        if again == after:
+            break
+        after = again
+    delta = {}
+    for name, (calls, total, own) in after.items():
+        c0, t0, s0 = before.get(name, (0, 0.0, 0.0))
+        if calls > c0:
+            delta[name] = (calls - c0, total - t0, own - s0)
+    return delta
 
 
 def run_side(
@@ -591,9 +733,9 @@ def run_side(
 ) -> Run:
     """Run one side with `workers` threads for `duration` seconds, sampling the size and
     dead tuples of the side's tables once per slice."""
-    dsn = _connection_dsn(world, workload.name, side)
+    dsn = connection_dsn(world, workload.name, side)
     monitor = psycopg.connect(world.dsn, autocommit=True)
-    tables = _side_tables(world, side)
+    tables = side_tables(world, side)
     storage: list[tuple[float, int, int, int]] = []
 
     def sample(elapsed: float) -> None:
@@ -601,6 +743,7 @@ def run_side(
         assert row is not None
         storage.append((elapsed, int(row[0]), int(row[1]), int(row[2])))
 
+    functions_before = function_stats(world) if side == "keel" else {}
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(workers)]
     ops = [workload.op(world, side, i) for i in range(workers)]
     done: list[list[tuple[float, float, int]]] = [[] for _ in range(workers)]
@@ -659,6 +802,7 @@ def run_side(
         [latency for _, latency, _ in events],
         slices,
         storage,
+        functions=functions_during(world, functions_before) if side == "keel" else {},
     )
 
 
@@ -676,11 +820,27 @@ def run(
     progress: Callable[[str, int, float], None] | None = None,
     finished_rows: int = 0,
     vacuum: bool = True,
+    pgbench: Path | None = None,
 ) -> list[Run]:
     """Every workload at every worker count, `repeats` times each side, alternating.
     finished_rows: finished tasks (jobs) loaded before each run; vacuum=False leaves the
-    tables as the previous run left them (sustained runs)."""
+    tables as the previous run left them (sustained runs); pgbench: drive the runs with
+    that pgbench (agentkeel.bench_pgbench) instead of Python threads."""
     runs: list[Run] = []
+    run_one = run_side
+    if pgbench is not None:
+        from agentkeel.bench_pgbench import run_side_pgbench
+
+        def run_one(
+            world: World,
+            workload: Workload,
+            side: Side,
+            workers: int,
+            duration: float,
+            progress: Callable[[float], None] | None = None,
+        ) -> Run:
+            return run_side_pgbench(world, workload, side, workers, duration, pgbench, progress)
+
     with bench_world(dsn) as world:
         for name in workloads:
             workload = WORKLOADS[name]
@@ -701,6 +861,6 @@ def run(
                             if progress is not None:
                                 progress(label, index, elapsed)
 
-                        runs.append(run_side(world, workload, side, n, duration, tick))
+                        runs.append(run_one(world, workload, side, n, duration, tick))
         _clear(world, vacuum=False)
     return runs

@@ -38,7 +38,7 @@ from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
     multiple=True,
     type=click.Choice([*WORKLOAD_NAMES, "policy", "relay", "payload", "noisy"]),
     help="What to measure (repeatable). Default: every workload except empty-claim, policy,"
-    " relay, payload and noisy.",
+    " relay, payload and noisy; peer-procrastinate when procrastinate is installed.",
 )
 @click.option(
     "--workers",
@@ -92,6 +92,15 @@ from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
     metavar="URL",
     help="relay: the NATS server (JetStream); its cases are skipped if none answers.",
 )
+@click.option(
+    "--driver",
+    type=click.Choice(["auto", "pgbench", "python", "both"]),
+    default="auto",
+    show_default=True,
+    help="What drives the workloads: pgbench (a C client with prepared statements: the "
+    "server's cost), python (threads on psycopg: what a Python application sees), or both. "
+    "auto: pgbench when it is found beside the server binaries or on PATH, else python.",
+)
 @format_option(json_help="the runs as one JSON document")
 @click.option(
     "--plot",
@@ -114,6 +123,7 @@ def bench(
     relay_messages: int,
     backlog: int,
     nats_url: str,
+    driver: str,
     as_json: bool,
     plot_path: Path | None,
 ) -> None:
@@ -129,6 +139,19 @@ def bench(
     another tenant's row locks, messages behind another tenant's flood)."""
     counts = _worker_counts(workers)
     chosen = list(workloads) or list(DEFAULT_WORKLOADS)
+    if any(w.startswith("peer-") for w in chosen):
+        from agentkeel.workloads import peer_available
+
+        if not peer_available():
+            fail(
+                "--workload peer-procrastinate needs procrastinate: "
+                "pip install 'agentkeel[peers]'",
+                ExitCode.TOOL_MISSING,
+            )
+    pgbench = _pgbench_for(driver)
+    drivers: list[Path | None] = (
+        [None, pgbench] if driver == "both" else [pgbench if pgbench is not None else None]
+    )
     if sustained:
         repeats = 1
     if duration is None:
@@ -162,18 +185,26 @@ def bench(
         from agentkeel.workloads import run as run_workloads
         from agentkeel.workloads import summarize
 
-        total_runs = len(chosen) * len(counts) * repeats * 2
+        total_runs = len(chosen) * len(counts) * repeats * 2 * len(drivers)
+        runs: list[Any] = []
         with bench_progress(total_runs, duration, quiet=as_json) as tick:
-            runs = run_workloads(
-                target,
-                chosen,
-                counts,
-                duration,
-                repeats,
-                progress=tick,
-                finished_rows=finished_rows,
-                vacuum=not sustained,
-            )
+            for path in drivers:
+                done = len(runs)
+
+                def progress(label: str, index: int, elapsed: float, done: int = done) -> None:
+                    tick(label, done + index, elapsed)
+
+                runs += run_workloads(
+                    target,
+                    chosen,
+                    counts,
+                    duration,
+                    repeats,
+                    progress=progress,
+                    finished_rows=finished_rows,
+                    vacuum=not sustained,
+                    pgbench=path,
+                )
     title = f"agentkeel vs plain SQL, {duration:g} s runs, median of {repeats}"
     if plot_path is not None:
         from agentkeel.bench_plot import plot
@@ -185,6 +216,7 @@ def bench(
         document["summary"] = [
             {
                 "workload": s.workload,
+                "driver": s.driver,
                 "workers": s.workers,
                 "floor_ops_per_s": round(s.floor.ops_per_s, 1),
                 "keel_ops_per_s": round(s.keel.ops_per_s, 1),
@@ -198,6 +230,7 @@ def bench(
         return
     table = Table(
         "workload",
+        "driver",
         "workers",
         "floor ops/s",
         "keel ops/s",
@@ -211,6 +244,7 @@ def bench(
     for s in summaries:
         table.add_row(
             s.workload,
+            s.driver,
             str(s.workers),
             f"{s.floor.ops_per_s:,.0f}",
             f"{s.keel.ops_per_s:,.0f}",
@@ -220,7 +254,59 @@ def bench(
             f"{s.keel.slices[0] / SLICE_S:,.0f} → {s.keel.slices[-1] / SLICE_S:,.0f}",
         )
     out.print(table)
+    if any(s.keel.functions for s in summaries):
+        out.print(_functions_table(summaries))
     out.print(_storage_table(summaries))
+
+
+def _pgbench_for(driver: str) -> Path | None:
+    """The pgbench to drive the workloads with, or None for the Python driver."""
+    if driver == "python":
+        return None
+    from agentkeel.bench_pgbench import find_pgbench
+
+    found = find_pgbench()
+    if found is None and driver in ("pgbench", "both"):
+        fail(
+            "--driver pgbench: no pgbench beside the server binaries or on PATH "
+            "(it comes with the PostgreSQL client or server packages)",
+            ExitCode.TOOL_MISSING,
+        )
+    if found is None:
+        err.print("bench: no pgbench found; the workloads run on the Python driver")
+    return found
+
+
+def _functions_table(summaries: list[Any]) -> Table:
+    """Server time per call in each keel function (track_functions, when the --dsn role
+    could set it on the bench logins), keel side of the median run: which call a
+    regression is in."""
+    table = Table(
+        "workload",
+        "driver",
+        "workers",
+        "function",
+        "calls / op",
+        "total µs / call",
+        "self µs / call",
+        title="server time in keel functions, the six dearest (median keel run, track_functions)",
+    )
+    for s in summaries:
+        run = s.keel
+        if not run.functions or not run.ops:
+            continue
+        ranked = sorted(run.functions.items(), key=lambda item: -item[1][1])
+        for name, (calls, total, own) in ranked[:6]:
+            table.add_row(
+                s.workload,
+                s.driver,
+                str(s.workers),
+                name.removeprefix("keel.").split("(")[0],
+                f"{calls / run.ops:.2f}",
+                f"{1000 * total / calls:,.1f}",
+                f"{1000 * own / calls:,.1f}",
+            )
+    return table
 
 
 def _rounded(value: float | None) -> float | None:
@@ -232,6 +318,7 @@ def _storage_table(summaries: list[Any]) -> Table:
     and how its tables and indexes grew and how many dead tuples they held at the end."""
     table = Table(
         "workload",
+        "driver",
         "workers",
         "side",
         "last ÷ first minute",
@@ -246,6 +333,7 @@ def _storage_table(summaries: list[Any]) -> Table:
             ratio = run.minute_ratio()
             table.add_row(
                 s.workload,
+                s.driver,
                 str(s.workers),
                 run.side,
                 f"{ratio:.2f}" if ratio is not None else "-",
