@@ -203,3 +203,22 @@ def test_the_command_reports_both_drivers(migrated_db):
     )  # fmt: skip
     assert human.returncode == 0, human.stderr
     assert "pgbench" in human.stdout and "reserve_operation" in human.stdout
+
+
+def test_the_embedded_bench_names_the_statements_inside_the_functions():
+    """Without --dsn the bench's own cluster loads pg_stat_statements (where the server's
+    packages have it), so the keel side's runs name the statements inside the keel
+    functions: the transition's outbox insert and pending-message count among them."""
+    from agentkeel.embedded import find_bindir
+
+    lib = find_bindir().parent / "lib"
+    if not any((lib / f"pg_stat_statements{x}").exists() for x in (".so", ".dylib")):
+        pytest.skip(f"no pg_stat_statements library in {lib}")
+    result = run_agentkeel(
+        "bench", "--workload", "transition", "--workers", "2", "--duration", "1",
+        "--repeats", "1", "--format", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [keel] = [r for r in json.loads(result.stdout)["runs"] if r["side"] == "keel"]
+    queries = " ".join(s["query"] for s in keel["statements"])
+    assert "keel.outbox" in queries and all(s["calls"] > 0 for s in keel["statements"])

@@ -36,6 +36,8 @@ from agentkeel.workloads import (
     function_stats,
     functions_during,
     side_tables,
+    statement_stats,
+    statements_during,
 )
 
 # A claim, whether or not it found a task, is one row (got = 0 or 1): \gset needs one, and
@@ -243,6 +245,7 @@ def run_side_pgbench(
     dsn = connection_dsn(world, workload.name, side)
     before = _done(world, workload.name, side) if workload.name in COUNTS_DONE else 0
     functions_before = function_stats(world) if side == "keel" else {}
+    statements_before = statement_stats(world) if side == "keel" else {}
     tables = side_tables(world, side)
     storage: list[tuple[float, int, int, int]] = []
     with (
@@ -318,6 +321,7 @@ def run_side_pgbench(
         storage,
         driver="pgbench",
         functions=functions,
+        statements=statements_during(world, statements_before) if side == "keel" else [],
     )
 
 

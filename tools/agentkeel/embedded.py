@@ -209,6 +209,22 @@ class EmbeddedPostgres:
             raise
         return self.dsn
 
+    def _statement_stats(self) -> tuple[str, ...]:
+        """A durable cluster is the bench's: it loads pg_stat_statements, tracking the
+        statements inside functions too, where the server has it (`agentkeel bench` then
+        names the dearest statements of each workload)."""
+        if not self.durable:
+            return ()
+        libraries = (self.bindir.parent / "lib", self.bindir.parent / "lib" / "postgresql")
+        if not any(
+            (d / f"pg_stat_statements{x}").exists() for d in libraries for x in (".so", ".dylib")
+        ):
+            return ()
+        return (
+            "-c shared_preload_libraries=pg_stat_statements",
+            "-c pg_stat_statements.track=all",
+        )
+
     def _start_server(self) -> None:
         assert self.base is not None
         last: subprocess.CompletedProcess[str] | None = None
@@ -223,6 +239,7 @@ class EmbeddedPostgres:
                     "-c full_page_writes=on" if self.durable else "-c full_page_writes=off",
                     "-c max_connections=200",
                     "-c shared_buffers=128MB",
+                    *self._statement_stats(),
                 )
             )
             last = self._run(

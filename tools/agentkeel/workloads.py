@@ -51,6 +51,9 @@ class Run:
     # keel side, pgbench driver, when track_functions could be set: per keel function,
     # (calls, total ms, self ms) in the server during the run (pg_stat_user_functions)
     functions: dict[str, tuple[int, float, float]] = field(default_factory=dict)
+    # keel side, where pg_stat_statements is loaded: the statements the run's logins ran
+    # (those inside keel functions too), as (query, calls, total ms), dearest first
+    statements: list[tuple[str, int, float]] = field(default_factory=list)
 
     @property
     def ops_per_s(self) -> float:
@@ -89,6 +92,10 @@ class Run:
                 for name, (calls, total, own) in sorted(
                     self.functions.items(), key=lambda item: -item[1][2]
                 )
+            ],
+            "statements": [
+                {"query": query, "calls": calls, "total_ms": round(total, 3)}
+                for query, calls, total in self.statements
             ],
         }
 
@@ -143,6 +150,8 @@ class World:
     tenant: uuid.UUID
     workflow: str
     floor: str  # the floor's schema
+    logins: tuple[str, ...] = ()  # the keel side's login roles
+    statements: bool = False  # pg_stat_statements is loaded and its view is in the database
 
 
 @contextmanager
@@ -166,8 +175,19 @@ def bench_world(dsn: str) -> Iterator[World]:
                         sql.Identifier(role)
                     )
                 )
+    made_extension = False
     try:
         with psycopg.connect(dsn, autocommit=True) as owner:
+            statements = may_track and _statements_loaded(owner)
+            if (
+                statements
+                and owner.execute(
+                    "select 1 from pg_extension where extname = 'pg_stat_statements'"
+                ).fetchone()
+                is None
+            ):
+                owner.execute("create extension pg_stat_statements")
+                made_extension = True
             owner.execute(
                 "select keel.define_workflow(%s, 1, 'queued', %s::jsonb)",
                 (workflow, '[["queued", "done"], ["queued", "a"], ["a", "b"], ["b", "a"]]'),
@@ -183,9 +203,13 @@ def bench_world(dsn: str) -> Iterator[World]:
             tenant,
             workflow,
             floor,
+            (worker, app),
+            statements,
         )
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:
+            if made_extension:
+                owner.execute("drop extension if exists pg_stat_statements")
             owner.execute(sql.SQL("drop schema if exists {} cascade").format(sql.Identifier(floor)))
             with owner.transaction():
                 set_tenant_context(owner, tenant)
@@ -693,6 +717,45 @@ where f.schemaname = 'keel'
 """
 
 
+def _statements_loaded(conn: psycopg.Connection) -> bool:
+    row = conn.execute("select current_setting('shared_preload_libraries')").fetchone()
+    return bool(row and "pg_stat_statements" in str(row[0]))
+
+
+STATEMENTS = """
+select s.query, sum(s.calls)::bigint, sum(s.total_exec_time)
+from pg_stat_statements as s
+join pg_roles as r on r.oid = s.userid
+where r.rolname = any(%s) and not s.toplevel
+group by s.query
+"""
+
+
+def statement_stats(world: World) -> dict[str, tuple[int, float]]:
+    """The statements the keel logins' calls ran inside functions so far (not the calls
+    themselves: their time is the run's): (calls, total ms) per query text."""
+    if not world.statements:
+        return {}
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        # Inside a SECURITY DEFINER function a statement runs as keel_owner.
+        rows = conn.execute(STATEMENTS, ([*world.logins, "keel_owner"],)).fetchall()
+    return {str(q): (int(c), float(t)) for q, c, t in rows}
+
+
+def statements_during(
+    world: World, before: dict[str, tuple[int, float]], top: int = 12
+) -> list[tuple[str, int, float]]:
+    """The dearest statements the keel logins ran since before: (query, calls, total ms)."""
+    if not world.statements:
+        return []
+    during = []
+    for query, (calls, total) in statement_stats(world).items():
+        c0, t0 = before.get(query, (0, 0.0))
+        if calls > c0:
+            during.append((query, calls - c0, total - t0))
+    return sorted(during, key=lambda s: -s[2])[:top]
+
+
 def function_stats(world: World) -> dict[str, tuple[int, float, float]]:
     """Every keel function's (calls, total ms, self ms) so far, as the server counts them
     (track_functions, which bench_world sets on its logins when it may)."""
@@ -744,6 +807,7 @@ def run_side(
         storage.append((elapsed, int(row[0]), int(row[1]), int(row[2])))
 
     functions_before = function_stats(world) if side == "keel" else {}
+    statements_before = statement_stats(world) if side == "keel" else {}
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(workers)]
     ops = [workload.op(world, side, i) for i in range(workers)]
     done: list[list[tuple[float, float, int]]] = [[] for _ in range(workers)]
@@ -803,6 +867,7 @@ def run_side(
         slices,
         storage,
         functions=functions_during(world, functions_before) if side == "keel" else {},
+        statements=statements_during(world, statements_before) if side == "keel" else [],
     )
 
 

@@ -144,8 +144,7 @@ def bench(
 
         if not peer_available():
             fail(
-                "--workload peer-procrastinate needs procrastinate: "
-                "pip install 'agentkeel[peers]'",
+                "--workload peer-procrastinate needs procrastinate: pip install 'agentkeel[peers]'",
                 ExitCode.TOOL_MISSING,
             )
     pgbench = _pgbench_for(driver)
@@ -256,6 +255,8 @@ def bench(
     out.print(table)
     if any(s.keel.functions for s in summaries):
         out.print(_functions_table(summaries))
+    if any(s.keel.statements for s in summaries):
+        out.print(_statements_table(summaries))
     out.print(_storage_table(summaries))
 
 
@@ -305,6 +306,37 @@ def _functions_table(summaries: list[Any]) -> Table:
                 f"{calls / run.ops:.2f}",
                 f"{1000 * total / calls:,.1f}",
                 f"{1000 * own / calls:,.1f}",
+            )
+    return table
+
+
+def _statements_table(summaries: list[Any]) -> Table:
+    """The keel side's dearest statements per operation (pg_stat_statements with track =
+    all, where the server loads it: the embedded default does), those inside the keel
+    functions too."""
+    table = Table(
+        "workload",
+        "driver",
+        "workers",
+        "statement",
+        "calls / op",
+        "µs / op",
+        title="the dearest statements inside the keel functions, three per workload "
+        "(pg_stat_statements)",
+    )
+    for s in summaries:
+        run = s.keel
+        if not run.ops:
+            continue
+        for query, calls, total in run.statements[:3]:
+            text = " ".join(query.split())
+            table.add_row(
+                s.workload,
+                s.driver,
+                str(s.workers),
+                text if len(text) <= 90 else text[:87] + "...",
+                f"{calls / run.ops:.2f}",
+                f"{1000 * total / run.ops:,.1f}",
             )
     return table
 
