@@ -235,8 +235,9 @@ def run_side_pgbench(
     side: Side,
     workers: int,
     duration: float,
-    pgbench: Path,
     progress: Callable[[float], None] | None = None,
+    *,
+    pgbench: Path,
 ) -> Run:
     """One side of a workload for `duration` seconds with `workers` pgbench clients,
     prepared statements and a log line per transaction, sampling the size and dead tuples

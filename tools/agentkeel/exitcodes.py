@@ -54,7 +54,9 @@ class ExitCode(enum.IntEnum):
     TOOL_MISSING = (
         5,
         "something to run is missing: PostgreSQL server binaries for the embedded cluster (or "
-        "it could not start), squawk for `lint`, the citus extension for `distribute --apply`",
+        "it could not start), squawk for `lint`, the citus extension for `distribute --apply`, "
+        "pgbench for `bench --driver pgbench`, procrastinate for "
+        "`bench --workload peer-procrastinate`",
     )
     CONNECTION = (
         6,

@@ -13,6 +13,7 @@ connection per worker thread.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -892,19 +893,11 @@ def run(
     tables as the previous run left them (sustained runs); pgbench: drive the runs with
     that pgbench (agentkeel.bench_pgbench) instead of Python threads."""
     runs: list[Run] = []
-    run_one = run_side
+    run_one: Callable[..., Run] = run_side
     if pgbench is not None:
         from agentkeel.bench_pgbench import run_side_pgbench
 
-        def run_one(
-            world: World,
-            workload: Workload,
-            side: Side,
-            workers: int,
-            duration: float,
-            progress: Callable[[float], None] | None = None,
-        ) -> Run:
-            return run_side_pgbench(world, workload, side, workers, duration, pgbench, progress)
+        run_one = functools.partial(run_side_pgbench, pgbench=pgbench)
 
     with bench_world(dsn) as world:
         for name in workloads:
