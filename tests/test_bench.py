@@ -4,6 +4,8 @@ cost, and leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 
 import psycopg
 import pytest
@@ -12,7 +14,8 @@ from agentkeel.bench import PAYLOAD_SHAPES
 from agentkeel.bench import run as run_policy
 from agentkeel.bench_noisy import run_noisy_bench
 from agentkeel.workloads import WORKLOAD_NAMES, run, summarize
-from conftest import run_agentkeel
+from agentkeel_conformance.harness import wait_for
+from conftest import AGENTKEEL, run_agentkeel
 
 
 def leftovers(dsn: str) -> tuple[object, ...]:
@@ -222,3 +225,49 @@ def test_the_embedded_bench_names_the_statements_inside_the_functions():
     [keel] = [r for r in json.loads(result.stdout)["runs"] if r["side"] == "keel"]
     queries = " ".join(s["query"] for s in keel["statements"])
     assert "keel.outbox" in queries and all(s["calls"] > 0 for s in keel["statements"])
+
+
+def test_a_claim_run_that_uses_every_row_says_so(migrated_db, monkeypatch):
+    """A claim run that claimed every row loaded for it before its end is flagged
+    (exhausted; `(ran out)` in the table): its ops/s is less than it could do."""
+    import agentkeel.workloads as workloads
+
+    monkeypatch.setattr(workloads, "rows_for", lambda duration, workers: 50)
+    runs = run(migrated_db, ["claim-complete", "reserve"], [2], duration=1.0, repeats=1)
+    flags = {(r.workload, r.side): r.exhausted for r in runs}
+    assert flags == {
+        ("claim-complete", "floor"): True,
+        ("claim-complete", "keel"): True,
+        ("reserve", "floor"): False,
+        ("reserve", "keel"): False,
+    }
+    assert all(r.ops == 50 for r in runs if r.workload == "claim-complete")
+
+
+def test_sigterm_with_a_dsn_removes_what_the_bench_made(migrated_db):
+    """SIGTERM (a supervisor's stop) during a run on --dsn ends the bench with 130 and
+    removes its roles, schema, tenant and workflow, as Ctrl-C does."""
+    bench = subprocess.Popen(
+        [*AGENTKEEL, "bench", "--dsn", migrated_db, "--workload", "claim-complete",
+         "--workers", "2", "--duration", "60", "--repeats", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def running() -> bool:
+        """A run is on: pgbench's sessions, or (the Python driver) the worker login's."""
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            row = conn.execute(
+                "select count(*) from pg_stat_activity where datname = current_database()"
+                " and (application_name = 'pgbench' or usename like 'bench_worker%')"
+            ).fetchone()
+        return bool(row and row[0]) or bench.poll() is not None
+
+    try:
+        wait_for(running, "the bench's first run to start")
+        assert bench.poll() is None, bench.stderr.read() if bench.stderr else ""
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(120) == 130
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert leftovers(migrated_db) == ((0,), (0,), (0,), (0,))

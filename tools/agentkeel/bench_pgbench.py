@@ -10,6 +10,7 @@ per second, and for the claims the rows moved to done give the operations.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,9 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from agentkeel.client import set_tenant_context
+from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.workloads import (
     BATCH,
     OUTBOX,
@@ -174,8 +176,11 @@ SCRIPTS: dict[str, dict[Side, str]] = {
 COUNTS_DONE = ("claim-complete", "batch-claim-complete", "peer-procrastinate")
 
 
-class PgbenchError(RuntimeError):
-    """pgbench was not found, or a run failed (its own message says why)."""
+class PgbenchError(AgentkeelError):
+    """A pgbench run failed (its own message says why): the database failed the work."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ExitCode.DATABASE_ERROR)
 
 
 def find_pgbench() -> Path | None:
@@ -247,7 +252,7 @@ def run_side_pgbench(
     before = _done(world, workload.name, side) if workload.name in COUNTS_DONE else 0
     functions_before = function_stats(world) if side == "keel" else {}
     statements_before = statement_stats(world) if side == "keel" else {}
-    tables = side_tables(world, side)
+    tables = side_tables(world, side, workload.name)
     storage: list[tuple[float, int, int, int]] = []
     with (
         tempfile.TemporaryDirectory(prefix="agentkeel-pgbench-") as folder,
@@ -261,6 +266,12 @@ def run_side_pgbench(
 
         path = Path(folder) / f"{workload.name}-{side}.sql"
         path.write_text(script(world, workload.name, side))
+        # The password through the environment, not the command line (ps shows that).
+        params = conninfo.conninfo_to_dict(dsn)
+        password = params.pop("password", None)
+        environment = dict(os.environ)
+        if password is not None:
+            environment["PGPASSWORD"] = str(password)
         command = [
             str(pgbench),
             "--no-vacuum",
@@ -273,25 +284,30 @@ def run_side_pgbench(
             "--log",
             f"--log-prefix={Path(folder) / 'log'}",
             f"--file={path}",
-            dsn,
+            conninfo.make_conninfo(**params),  # type: ignore[arg-type]
         ]
         sample(0.0)
         began = time.monotonic()
         with subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
         ) as child:
-            next_sample = SLICE_S
-            while child.poll() is None:
-                time.sleep(0.2)
-                elapsed = min(duration, time.monotonic() - began)
-                if elapsed >= next_sample:
-                    sample(elapsed)
-                    next_sample += SLICE_S
-                if progress is not None:
-                    progress(elapsed)
-                if time.monotonic() - began > duration + 120:
-                    child.kill()
-            stdout, stderr = child.communicate()
+            try:
+                next_sample = SLICE_S
+                while child.poll() is None:
+                    time.sleep(0.2)
+                    elapsed = min(duration, time.monotonic() - began)
+                    if elapsed >= next_sample:
+                        sample(elapsed)
+                        next_sample += SLICE_S
+                    if progress is not None:
+                        progress(elapsed)
+                    if time.monotonic() - began > duration + 120:
+                        child.kill()
+                stdout, stderr = child.communicate()
+            finally:
+                if child.poll() is None:  # interrupted: pgbench stops with the bench
+                    child.terminate()
+                    child.wait(30)
         sample(duration)
         if child.returncode != 0 or "aborted" in stdout:
             last = (stderr.strip() or stdout.strip()).splitlines()[-3:]
@@ -301,8 +317,10 @@ def run_side_pgbench(
         entries = _log_entries(Path(folder))
     if not entries:
         raise PgbenchError(f"pgbench {workload.name} ({side}) logged no transaction")
+    # The run's length is pgbench's --time, as the Python driver's is its duration, so that
+    # no short last slice reads as a slowdown.
     start = min(end - latency / 1000 for end, latency in entries)
-    seconds = max(end for end, _ in entries) - start
+    seconds = float(max(1, round(duration)))
     ops = (
         _done(world, workload.name, side) - before if workload.name in COUNTS_DONE else len(entries)
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -55,6 +56,9 @@ class Run:
     # keel side, where pg_stat_statements is loaded: the statements the run's logins ran
     # (those inside keel functions too), as (query, calls, total ms), dearest first
     statements: list[tuple[str, int, float]] = field(default_factory=list)
+    # a claim run that used every row loaded for it before its end: its ops/s is a floor
+    # of what it could do, not a measurement
+    exhausted: bool = False
 
     @property
     def ops_per_s(self) -> float:
@@ -72,6 +76,7 @@ class Run:
             "side": self.side,
             "driver": self.driver,
             "workers": self.workers,
+            "exhausted": self.exhausted,
             "seconds": round(self.seconds, 3),
             "ops": self.ops,
             "ops_per_s": round(self.ops_per_s, 1),
@@ -161,25 +166,31 @@ def bench_world(dsn: str) -> Iterator[World]:
     tag = uuid.uuid4().hex[:8]
     worker, app = f"bench_worker_{tag}", f"bench_app_{tag}"
     tenant, workflow, floor = uuid.uuid4(), f"bench-{tag}", f"agentkeel_bench_{tag}"
+    # A password of their own: a server that asks for one lets them in too.
+    password = secrets.token_urlsafe(24)
     with psycopg.connect(dsn, autocommit=True) as owner:
         superuser = owner.execute("select rolsuper from pg_roles where rolname = current_user")
         may_track = bool((superuser.fetchone() or (False,))[0])
+        statements = may_track and _statements_loaded(owner)
         for role, group in ((worker, "keel_worker"), (app, "keel_app")):
             owner.execute(
-                sql.SQL("create role {} login in role {}").format(
-                    sql.Identifier(role), sql.Identifier(group)
+                sql.SQL("create role {} login password {} in role {}").format(
+                    sql.Identifier(role), sql.Literal(password), sql.Identifier(group)
                 )
             )
-            if may_track:  # per-function server time (pg_stat_user_functions) of their calls
+            # What a superuser may set for them: the server time of their calls per
+            # function, and of the statements inside the functions.
+            tracked = ["track_functions"] if may_track else []
+            tracked += ["pg_stat_statements.track"] if statements else []
+            for setting in tracked:
                 owner.execute(
-                    sql.SQL("alter role {} set track_functions = 'all'").format(
-                        sql.Identifier(role)
+                    sql.SQL("alter role {} set {} = 'all'").format(
+                        sql.Identifier(role), sql.Identifier(*setting.split("."))
                     )
                 )
     made_extension = False
     try:
         with psycopg.connect(dsn, autocommit=True) as owner:
-            statements = may_track and _statements_loaded(owner)
             if (
                 statements
                 and owner.execute(
@@ -199,8 +210,8 @@ def bench_world(dsn: str) -> Iterator[World]:
             owner.execute(sql.SQL(FLOOR_DDL).format(schema=sql.Identifier(floor)))
         yield World(
             dsn,
-            conninfo.make_conninfo(dsn, user=worker),
-            conninfo.make_conninfo(dsn, user=app),
+            conninfo.make_conninfo(dsn, user=worker, password=password),
+            conninfo.make_conninfo(dsn, user=app, password=password),
             tenant,
             workflow,
             floor,
@@ -320,6 +331,13 @@ def _clear(world: World, vacuum: bool = True) -> None:
         for table in ("jobs", "events", "outbox", "operations"):
             owner.execute(
                 sql.SQL("truncate {}.{}").format(sql.Identifier(world.floor), sql.Identifier(table))
+            )
+        peer = sql.Identifier(world.floor, "procrastinate_jobs").as_string(None)
+        if owner.execute("select to_regclass(%s)", (peer,)).fetchone() != (None,):
+            owner.execute(
+                sql.SQL("truncate {} restart identity cascade").format(
+                    sql.SQL(", ").join(sql.Identifier(world.floor, t) for t in PEER_TABLES)
+                )
             )
         with owner.transaction():
             set_tenant_context(owner, world.tenant)
@@ -566,6 +584,7 @@ def _reserve_op(world: World, side: Side, index: int) -> Op:
 # starts and as it finishes; keel appends its event on completion.
 
 PEER = "procrastinate"
+PEER_TABLES = ("procrastinate_jobs", "procrastinate_events", "procrastinate_workers")
 PEER_WORKERS = 64  # registered once per run: a worker id per connection
 PEER_FETCH = "select id from procrastinate_fetch_job_v2(null, %s)"
 PEER_FINISH = "select procrastinate_finish_job_v1(%s, 'succeeded', false)"
@@ -590,12 +609,7 @@ def _load_peer(world: World, side: Side, rows: int) -> None:
         _load_jobs(world, side, rows)
         return
     with psycopg.connect(peer_dsn(world), autocommit=True) as conn:
-        if conn.execute("select to_regclass('procrastinate_jobs')").fetchone() == (None,):
-            conn.execute(_peer_schema().encode())
-        conn.execute(
-            "truncate procrastinate_events, procrastinate_jobs, procrastinate_workers"
-            " restart identity cascade"
-        )
+        _install_peer(conn)
         conn.execute(
             "insert into procrastinate_workers select from generate_series(1, %s)",
             (PEER_WORKERS,),
@@ -606,6 +620,27 @@ def _load_peer(world: World, side: Side, rows: int) -> None:
             (rows,),
         )
         conn.execute("analyze procrastinate_jobs")
+
+
+def _install_peer(conn: psycopg.Connection) -> None:
+    """The peer's schema, once per bench, on the connection's search_path (peer_dsn)."""
+    if conn.execute("select to_regclass('procrastinate_jobs')").fetchone() == (None,):
+        conn.execute(_peer_schema().encode())
+
+
+def _load_finished(world: World, workload: str, side: Side, rows: int) -> None:
+    """rows finished tasks or jobs on the side, off its claim path: the peer's own jobs,
+    succeeded, on a peer's floor side."""
+    if not (side == "floor" and workload.startswith("peer-")):
+        _load_jobs(world, side, rows, state="done")
+        return
+    with psycopg.connect(peer_dsn(world), autocommit=True) as conn:
+        _install_peer(conn)
+        conn.execute(
+            "insert into procrastinate_jobs (queue_name, task_name, args, status)"
+            " select 'default', 'bench', '{}', 'succeeded' from generate_series(1, %s)",
+            (rows,),
+        )
 
 
 def _peer_op(world: World, side: Side, index: int) -> Op:
@@ -647,7 +682,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             "transition",
             "a version-checked transition writing one event and one outbox row",
-            lambda world, side, rows: _load_jobs(world, side, 64),
+            # a job per worker (--workers is at most 256), each moved by its own worker
+            lambda world, side, rows: _load_jobs(world, side, 256),
             _transition_op,
         ),
         Workload(
@@ -703,11 +739,13 @@ left join pg_stat_user_tables as s on s.relid = c.oid
 """
 
 
-def side_tables(world: World, side: Side) -> list[str]:
-    """The tables a side writes, as regclass text."""
+def side_tables(world: World, side: Side, workload: str = "") -> list[str]:
+    """The tables a side writes, as regclass text (the peer's own on a peer's floor side)."""
     if side == "keel":
         return ["keel.tasks", "keel.task_events", "keel.outbox", "keel.operations"]
     floor = sql.Identifier(world.floor).as_string(None)
+    if workload.startswith("peer-"):
+        return [f"{floor}.{table}" for table in PEER_TABLES]
     return [f"{floor}.{table}" for table in ("jobs", "events", "outbox", "operations")]
 
 
@@ -728,6 +766,7 @@ select s.query, sum(s.calls)::bigint, sum(s.total_exec_time)
 from pg_stat_statements as s
 join pg_roles as r on r.oid = s.userid
 where r.rolname = any(%s) and not s.toplevel
+    and s.dbid = (select d.oid from pg_database as d where d.datname = current_database())
 group by s.query
 """
 
@@ -799,7 +838,7 @@ def run_side(
     dead tuples of the side's tables once per slice."""
     dsn = connection_dsn(world, workload.name, side)
     monitor = psycopg.connect(world.dsn, autocommit=True)
-    tables = side_tables(world, side)
+    tables = side_tables(world, side, workload.name)
     storage: list[tuple[float, int, int, int]] = []
 
     def sample(elapsed: float) -> None:
@@ -873,8 +912,33 @@ def run_side(
 
 
 def rows_for(duration: float, workers: int) -> int:
-    """Rows a run may consume: more than this machine kind completes in the time."""
-    return int(max(5_000, 1_500 * workers * duration))
+    """Rows a run may consume: more than this machine kind completes in the time (a run
+    that used them all is flagged: Run.exhausted)."""
+    return int(max(5_000, 1_500 * workers * duration, 6_000 * duration))
+
+
+def _queued_left(world: World, workload: str, side: Side) -> int:
+    """The due rows a claim run left (0: it ran out of them before its end)."""
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        if side == "floor":
+            table, state = (
+                ("procrastinate_jobs", "status = 'todo'")
+                if workload.startswith("peer-")
+                else ("jobs", "state = 'queued'")
+            )
+            query = sql.SQL("select count(*) from {}.{} where {}").format(
+                sql.Identifier(world.floor), sql.Identifier(table), sql.SQL(state)
+            )
+            row = conn.execute(query).fetchone()
+        else:
+            with conn.transaction():
+                set_tenant_context(conn, world.tenant)
+                row = conn.execute(
+                    "select count(*) from keel.tasks where tenant_id = %s and state = 'queued'",
+                    (world.tenant,),
+                ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def run(
@@ -908,7 +972,7 @@ def run(
                     for side in order:
                         _clear(world, vacuum)
                         if finished_rows:
-                            _load_jobs(world, side, finished_rows, state="done")
+                            _load_finished(world, name, side, finished_rows)
                         workload.load(world, side, rows_for(duration, n))
                         _analyze(world)
                         label = f"{name} x{n} {side} {repeat + 1}/{repeats}"
@@ -919,6 +983,10 @@ def run(
                             if progress is not None:
                                 progress(label, index, elapsed)
 
-                        runs.append(run_one(world, workload, side, n, duration, tick))
+                        done = run_one(world, workload, side, n, duration, tick)
+                        claims = "claim" in name or name.startswith("peer-")
+                        if claims and name != "empty-claim":
+                            done.exhausted = _queued_left(world, name, side) == 0
+                        runs.append(done)
         _clear(world, vacuum=False)
     return runs

@@ -22,7 +22,7 @@ from agentkeel.cli.app import (
 )
 from agentkeel.exitcodes import ExitCode
 from agentkeel.preflight import check_dsn
-from agentkeel.target import database
+from agentkeel.target import cleanup_on_sigterm, database
 from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
 
 
@@ -163,8 +163,9 @@ def bench(
         except ImportError:
             fail("--plot needs matplotlib: pip install 'agentkeel[plot]'", ExitCode.TOOL_MISSING)
     document: dict[str, Any] = {}
-    # fsync on: commits cost what they cost on a production server, on both sides
-    with database(dsn, durable=True) as target:
+    # fsync on: commits cost what they cost on a production server, on both sides. SIGTERM
+    # as Ctrl-C, so that the bench's roles, schema and tenant go with it on --dsn too.
+    with cleanup_on_sigterm(), database(dsn, durable=True) as target:
         if "policy" in chosen:
             document["policy"] = _bench_policy(target, rows, repeats, as_json)
             chosen.remove("policy")
@@ -220,6 +221,7 @@ def bench(
                 "floor_ops_per_s": round(s.floor.ops_per_s, 1),
                 "keel_ops_per_s": round(s.keel.ops_per_s, 1),
                 "ratio": round(s.ratio, 3),
+                "ran_out": s.floor.exhausted or s.keel.exhausted,
                 "floor_last_over_first_minute": _rounded(s.floor.minute_ratio()),
                 "keel_last_over_first_minute": _rounded(s.keel.minute_ratio()),
             }
@@ -247,14 +249,24 @@ def bench(
             str(s.workers),
             f"{s.floor.ops_per_s:,.0f}",
             f"{s.keel.ops_per_s:,.0f}",
-            f"{s.ratio:.2f}x",
+            f"{s.ratio:.2f}x" + (" (ran out)" if s.floor.exhausted or s.keel.exhausted else ""),
             f"{s.floor.percentile(0.5):.2f} / {s.floor.percentile(0.99):.2f}",
             f"{s.keel.percentile(0.5):.2f} / {s.keel.percentile(0.99):.2f}",
             f"{s.keel.slices[0] / SLICE_S:,.0f} → {s.keel.slices[-1] / SLICE_S:,.0f}",
         )
     out.print(table)
+    if any(s.floor.exhausted or s.keel.exhausted for s in summaries):
+        err.print(
+            "bench: (ran out): a side claimed every row loaded for it before the run ended; "
+            "its ops/s is less than it could do (a shorter --duration)"
+        )
     if any(s.keel.functions for s in summaries):
         out.print(_functions_table(summaries))
+    else:
+        err.print(
+            "bench: no server time per function: only a superuser --dsn role may set "
+            "track_functions for the bench's logins"
+        )
     if any(s.keel.statements for s in summaries):
         out.print(_statements_table(summaries))
     out.print(_storage_table(summaries))
