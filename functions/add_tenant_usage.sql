@@ -38,40 +38,44 @@ begin
     set amount = u.amount + p_amount, updated_at = v_now
     where u.tenant_id = p_tenant_id and u.counter = p_counter
     returning u.amount into v_held;
-    if found then
-        -- Under the row's lock now: fold in what purges removed since (their credits).
-        with folded as (
-            delete from keel.tenant_usage_credits as c
-            where c.tenant_id = p_tenant_id and c.counter = p_counter
-            returning c.amount
-        )
-        select coalesce(sum(f.amount), 0) into v_credit from folded as f;
-        if v_credit > 0 then
-            update keel.tenant_usage as u
-            set amount = greatest(u.amount - v_credit, 0)
-            where u.tenant_id = p_tenant_id and u.counter = p_counter
-            returning u.amount into v_held;
-        end if;
-    else
-        -- The tenant's first save since the counter exists: what it holds and p_amount
-        -- (the caller writes its rows after this call), and the credits of purges already
-        -- reflected in that count removed, in one statement (one snapshot: a purge that commits after it has
-        -- neither its deletions counted nor its credit removed, and is folded later). A
-        -- data-modifying WITH runs whether or not the query reads it.
-        with done as (
-            delete from keel.tenant_usage_credits as c
-            where c.tenant_id = p_tenant_id and c.counter = p_counter
-            returning 1
-        )
-        select coalesce(sum(octet_length(p.ciphertext)), 0) + p_amount into v_held
-        from keel.checkpoint_payloads as p
-        where p.tenant_id = p_tenant_id;
+    if not found then
+        -- The tenant's first save since the counter exists: what it holds, with the
+        -- purges' credits not yet folded in added back (the fold below takes them off
+        -- again), and p_amount (the caller writes its rows after this call). One
+        -- statement, one snapshot: a purge that commits after it has neither its
+        -- deletions counted nor its credit added, and its credit is folded later.
+        select
+            coalesce((
+                select sum(octet_length(p.ciphertext))
+                from keel.checkpoint_payloads as p
+                where p.tenant_id = p_tenant_id
+            ), 0)
+            + coalesce((
+                select sum(c.amount)
+                from keel.tenant_usage_credits as c
+                where c.tenant_id = p_tenant_id and c.counter = p_counter
+            ), 0)
+            + p_amount
+        into v_held;
         -- A concurrent first save that inserts first is waited for, and this one's amount
         -- added to it.
         insert into keel.tenant_usage as u (tenant_id, counter, amount, updated_at)
         values (p_tenant_id, p_counter, v_held, v_now)
         on conflict on constraint tenant_usage_pkey
         do update set amount = u.amount + p_amount, updated_at = excluded.updated_at
+        returning u.amount into v_held;
+    end if;
+    -- Under the row's lock now: fold in what purges removed since (their credits).
+    with folded as (
+        delete from keel.tenant_usage_credits as c
+        where c.tenant_id = p_tenant_id and c.counter = p_counter
+        returning c.amount
+    )
+    select coalesce(sum(f.amount), 0) into v_credit from folded as f;
+    if v_credit > 0 then
+        update keel.tenant_usage as u
+        set amount = greatest(u.amount - v_credit, 0)
+        where u.tenant_id = p_tenant_id and u.counter = p_counter
         returning u.amount into v_held;
     end if;
     if p_amount > 0 and v_held > v_max then

@@ -226,3 +226,35 @@ def test_saves_of_two_tasks_in_one_transaction_beside_another_saver_do_not_deadl
         first.close()
         second.close()
     assert outcome == ["saved"]
+
+
+def test_a_purge_before_the_first_counted_save_is_counted_once(migrated_db):
+    """On an install upgraded to 0046 (no counter row yet), a purge removes a checkpoint
+    and writes its credit; the tenant's first save then counts what it holds, with the
+    credit added back and folded off again: the counter ends at what is held."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        ledger = Keel(conn, key_provider=StaticKeyProvider(os.urandom(32)))
+        ledger.define_workflow("usage", 1, "queued", WORKFLOW)
+        tenant = ledger.create_tenant("usage", uuid.uuid4()).tenant_id
+        task = ledger.create_task(tenant, "usage", 1).task_id
+        token = ledger.claim_lease(tenant, task, "usage", timedelta(minutes=5)).fencing_token
+        first = ledger.save_checkpoint(tenant, task, token, "INPUT", {"n": 1})
+        ledger.save_checkpoint(tenant, task, token, "INPUT", {"n": 2})
+        with in_tenant(conn, tenant):
+            conn.execute("delete from keel.tenant_usage where tenant_id = %s", (tenant,))
+        ledger.invalidate_checkpoint(tenant, first.checkpoint_id, token)
+        conn.execute(
+            "select keel.set_tenant_retention(%s, 'retain_old_checkpoints', '0')", (tenant,)
+        )
+        removed = conn.execute("select relation, removed from keel.purge(%s, 100)", (tenant,))
+        assert ("keel.checkpoint_payloads", 1) in removed.fetchall()
+        ledger.save_checkpoint(tenant, task, token, "INPUT", {"n": 3})
+        with in_tenant(conn, tenant):
+            row = conn.execute(
+                "select (select amount from keel.tenant_usage where tenant_id = %s),"
+                " (select sum(octet_length(ciphertext)) from keel.checkpoint_payloads"
+                " where tenant_id = %s),"
+                " (select count(*) from keel.tenant_usage_credits where tenant_id = %s)",
+                (tenant, tenant, tenant),
+            ).fetchone()
+    assert row is not None and row[0] == row[1] and row[2] == 0, row

@@ -666,7 +666,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         file="add_tenant_usage.sql",
         edits=(
             Edit(
-                r"update keel\.tenant_usage as u.*?\n    end if;\n",
+                r"update keel\.tenant_usage as u\n    set amount = u\.amount \+ p_amount"
+                r".*?\n    end if;\n",
                 "select coalesce(sum(octet_length(p.ciphertext)), 0) + p_amount into v_held"
                 " from keel.checkpoint_payloads as p where p.tenant_id = p_tenant_id;\n",
                 1,
