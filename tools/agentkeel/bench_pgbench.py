@@ -22,7 +22,6 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo, sql
 
-from agentkeel.client import set_tenant_context
 from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.workloads import (
     BATCH,
@@ -37,6 +36,7 @@ from agentkeel.workloads import (
     connection_dsn,
     function_stats,
     functions_during,
+    side_rows,
     side_tables,
     statement_stats,
     statements_during,
@@ -210,30 +210,6 @@ def script(world: World, workload: str, side: Side) -> str:
     )
 
 
-def _done(world: World, workload: str, side: Side) -> int:
-    """Tasks (jobs) in state done on the side."""
-    with psycopg.connect(world.dsn, autocommit=True) as conn:
-        if side == "floor" and workload.startswith("peer-"):
-            query = sql.SQL(
-                "select count(*) from {}.procrastinate_jobs where status = 'succeeded'"
-            ).format(sql.Identifier(world.floor))
-            row = conn.execute(query).fetchone()
-        elif side == "floor":
-            query = sql.SQL("select count(*) from {}.jobs where state = 'done'").format(
-                sql.Identifier(world.floor)
-            )
-            row = conn.execute(query).fetchone()
-        else:
-            with conn.transaction():
-                set_tenant_context(conn, world.tenant)
-                row = conn.execute(
-                    "select count(*) from keel.tasks where tenant_id = %s and state = 'done'",
-                    (world.tenant,),
-                ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def run_side_pgbench(
     world: World,
     workload: Workload,
@@ -249,7 +225,7 @@ def run_side_pgbench(
     of the side's tables once per slice as the Python driver does. For the claims, each
     slice's transactions are scaled by the tasks done per transaction."""
     dsn = connection_dsn(world, workload.name, side)
-    before = _done(world, workload.name, side) if workload.name in COUNTS_DONE else 0
+    before = side_rows(world, workload.name, side, "done") if workload.name in COUNTS_DONE else 0
     functions_before = function_stats(world) if side == "keel" else {}
     statements_before = statement_stats(world) if side == "keel" else {}
     tables = side_tables(world, side, workload.name)
@@ -322,7 +298,9 @@ def run_side_pgbench(
     start = min(end - latency / 1000 for end, latency in entries)
     seconds = float(max(1, round(duration)))
     ops = (
-        _done(world, workload.name, side) - before if workload.name in COUNTS_DONE else len(entries)
+        side_rows(world, workload.name, side, "done") - before
+        if workload.name in COUNTS_DONE
+        else len(entries)
     )
     counts = [0] * max(1, int(seconds / SLICE_S + 0.999))
     for end, _ in entries:

@@ -917,25 +917,25 @@ def rows_for(duration: float, workers: int) -> int:
     return int(max(5_000, 1_500 * workers * duration, 6_000 * duration))
 
 
-def _queued_left(world: World, workload: str, side: Side) -> int:
-    """The due rows a claim run left (0: it ran out of them before its end)."""
+def side_rows(world: World, workload: str, side: Side, state: str) -> int:
+    """The side's jobs (tasks) in state queued or done: a claim run's rows left, or done."""
     with psycopg.connect(world.dsn, autocommit=True) as conn:
         if side == "floor":
-            table, state = (
-                ("procrastinate_jobs", "status = 'todo'")
+            table, column, value = (
+                ("procrastinate_jobs", "status", {"queued": "todo", "done": "succeeded"}[state])
                 if workload.startswith("peer-")
-                else ("jobs", "state = 'queued'")
+                else ("jobs", "state", state)
             )
-            query = sql.SQL("select count(*) from {}.{} where {}").format(
-                sql.Identifier(world.floor), sql.Identifier(table), sql.SQL(state)
+            query = sql.SQL("select count(*) from {}.{} where {} = %s").format(
+                sql.Identifier(world.floor), sql.Identifier(table), sql.Identifier(column)
             )
-            row = conn.execute(query).fetchone()
+            row = conn.execute(query, (value,)).fetchone()
         else:
             with conn.transaction():
                 set_tenant_context(conn, world.tenant)
                 row = conn.execute(
-                    "select count(*) from keel.tasks where tenant_id = %s and state = 'queued'",
-                    (world.tenant,),
+                    "select count(*) from keel.tasks where tenant_id = %s and state = %s",
+                    (world.tenant, state),
                 ).fetchone()
     assert row is not None
     return int(row[0])
@@ -986,7 +986,7 @@ def run(
                         done = run_one(world, workload, side, n, duration, tick)
                         claims = "claim" in name or name.startswith("peer-")
                         if claims and name != "empty-claim":
-                            done.exhausted = _queued_left(world, name, side) == 0
+                            done.exhausted = side_rows(world, name, side, "queued") == 0
                         runs.append(done)
         _clear(world, vacuum=False)
     return runs
