@@ -21,7 +21,7 @@ def test_interleaving(
     spec, direct_connection, role_dsn, owner_dsn, workflow, artifacts, live_tenants
 ):
     """Every spec's transcript; the mutations are caught by transition_same_version.spec
-    and checkpoint_bytes_vs_concurrent_save.spec.
+    and checkpoint_bytes_vs_second_save.spec.
     Mutation: version_unchecked; also usage_from_snapshot"""
     expected = expected_output(spec)
     assert expected is not None, f"specs/expected/{spec.name}.out is missing"
