@@ -49,6 +49,11 @@ declare
     v_after_id uuid := '00000000-0000-0000-0000-000000000000';
     v_tenants uuid[];
     v_ids uuid[];
+    v_keys text[];
+    -- The keys (tenant/key) of the messages this call has claimed: a claim returns at most
+    -- one message of a key, so a relay may send a batch's messages at once.
+    v_claimed_keys text[] := '{}';
+    v_key text;
     v_behind_tenants uuid[];
     v_behind_ids uuid[];
     -- The fair share: the tenants with due messages (at most one per slot of the batch),
@@ -77,6 +82,7 @@ begin
         v_deaths := 0;
         v_tenants := '{}';
         v_ids := '{}';
+        v_keys := '{}';
         v_behind_tenants := '{}';
         v_behind_ids := '{}';
         -- Only this statement sees and locks rows of every tenant; the flag is off again
@@ -86,6 +92,7 @@ begin
             select
                 o.tenant_id,
                 o.message_id,
+                o.message_key,
                 o.available_at,
                 o.created_at,
                 o.position,
@@ -179,9 +186,16 @@ begin
                 v_after_position := v_row.position;
                 v_after_id := v_row.message_id;
             end if;
-            if v_row.head then
+            v_key := v_row.tenant_id::text || '/' || v_row.message_key;
+            if v_row.head and v_key = any(v_claimed_keys) then
+                -- The head of a key whose message this call claimed in an earlier round:
+                -- its writer committed after that message's (writers of one key that
+                -- overlap are ordered by nothing). Left as it is, for a later claim.
+                null;
+            elsif v_row.head then
                 v_tenants := v_tenants || v_row.tenant_id;
                 v_ids := v_ids || v_row.message_id;
+                v_keys := v_keys || v_key;
             elsif not v_row.behind_in_flight then
                 v_behind_tenants := v_behind_tenants || v_row.tenant_id;
                 v_behind_ids := v_behind_ids || v_row.message_id;
@@ -203,6 +217,9 @@ begin
             v_message := keel.claim_locked_message(v_tenants[i], v_ids[i], p_relay, v_now, v_expires);
             if v_message.message_id is not null then
                 v_claimed := v_claimed + 1;
+                if v_keys[i] is not null then
+                    v_claimed_keys := v_claimed_keys || v_keys[i];
+                end if;
                 return next v_message;
             else
                 v_deaths := v_deaths + 1;
@@ -228,4 +245,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), found by keel.outbox_tenants_due; the rest of the batch is the oldest due messages of any tenant, so the oldest due message is in every claim of two or more. Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';
+'Claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease (at most 7 days). Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), found by keel.outbox_tenants_due; the rest of the batch is the oldest due messages of any tenant, so the oldest due message is in every claim of two or more. Each is returned with its new claim_token (the fence ack, nack and release must present), claimed_by, available_at = the claim''s expiry and claims + 1 (attempts count failed deliveries: nacks). Rows locked by other transactions are skipped: concurrent relays never wait on or share a message. A message with a message_key is not claimed while it is held (keel.outbox.held) or while an earlier message (created_at, position, message_id) of the same tenant and key is pending or claimed; one the claim finds in that case is held from then on, unless the earlier one is in flight. A claim returns at most one message of a key (a writer of the key that committed during the claim, after the writer of a message it claimed, waits for a later claim). A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead. Needs no tenant context (G6).';

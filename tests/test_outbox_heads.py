@@ -6,10 +6,13 @@ others wait for."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+import citus_cluster
 from agentkeel.client import Keel, set_tenant_context
 from agentkeel.sql_files import sql_root
 from relay_services import Outbox, run_relay
@@ -439,3 +443,138 @@ def test_a_message_behind_one_in_flight_is_left_unheld_for_its_ack(migrated_db):
         assert held(ob) == {head: False, second: False}
         relay1.execute("select keel.ack_outbox(%s, %s, %s)", (ob.tenant, claimed, token))
         assert [str(m) for m, _ in claim(relay2, f"{name}.")] == [second]
+
+
+@contextlib.contextmanager
+def claims_stopped_at_their_first_row(dsn: str) -> Iterator[Callable[[int], bool]]:
+    """A trigger on the outbox (on Citus: on every shard of it, on each worker) that makes
+    a claim by the relay 'gated' wait on an advisory lock, held here on every node until
+    the block ends. Yields a test of whether a backend waits at the gate: the backend
+    itself on one node; on Citus, any backend of the workers (where the claim's updates
+    run)."""
+    gate = int(uuid.uuid4().int % 2**62)
+    fn = f"akt_gate_{uuid.uuid4().hex[:8]}"
+    function = sql.SQL(
+        "create function public.{fn}() returns trigger language plpgsql as $f$"
+        " begin perform pg_advisory_lock({gate}); perform pg_advisory_unlock({gate});"
+        " return new; end $f$"
+    ).format(fn=sql.Identifier(fn), gate=sql.Literal(gate))
+    trigger = (
+        f"create trigger {fn} before update on %s for each row when"
+        f" (new.claimed_by = 'gated' and old.claimed_by is null) execute function public.{fn}()"
+    )
+    dbname = str(conninfo.conninfo_to_dict(dsn)["dbname"])
+    with psycopg.connect(dsn, autocommit=True) as su:
+        citus = su.execute(
+            "select exists (select 1 from pg_extension where extname = 'citus')"
+        ).fetchone()[0]
+        workers = citus_cluster.nodes(dsn)[1:] if citus else []
+        gates = [
+            psycopg.connect(citus_cluster.node_dsn(dsn, w, dbname), autocommit=True)
+            for w in workers
+        ] or [psycopg.connect(dsn, autocommit=True)]
+        try:
+            su.execute(function)  # Citus creates it on the workers too
+            if citus:
+                made = su.execute(
+                    "select success, result from run_command_on_shards('keel.outbox', %s)",
+                    (trigger,),
+                ).fetchall()
+                assert all(ok for ok, _ in made), made
+            else:
+                su.execute(trigger.replace("%s", "keel.outbox"))
+            for conn in gates:
+                conn.execute("select pg_advisory_lock(%s)", (gate,))
+
+            def waiting(pid: int) -> bool:
+                query = (
+                    "select exists (select 1 from pg_locks where not granted"
+                    " and locktype = 'advisory' and objid = %s::bigint %% 4294967296"
+                    + ("" if citus else " and pid = %s")
+                    + ")"
+                )
+                return any(
+                    c.execute(query, (gate,) if citus else (gate, pid)).fetchone()[0] for c in gates
+                )
+
+            yield waiting
+        finally:
+            for conn in gates:
+                conn.execute("select pg_advisory_unlock_all()")
+            if citus:
+                su.execute(
+                    "select run_command_on_shards('keel.outbox', %s)",
+                    (f"drop trigger if exists {fn} on %s",),
+                )
+            else:
+                su.execute(
+                    sql.SQL("drop trigger if exists {} on keel.outbox").format(sql.Identifier(fn))
+                )
+            su.execute(sql.SQL("drop function if exists public.{}()").format(sql.Identifier(fn)))
+            for conn in gates:
+                conn.close()
+
+
+def claimed_by_gated(relay: psycopg.Connection, name: str) -> list[tuple[uuid.UUID, int]]:
+    return [
+        (r[0], r[1])
+        for r in relay.execute(
+            "select message_id, claim_token from keel.claim_outbox('gated', 10, '1 hour', %s)",
+            (f"{name}.",),
+        )
+    ]
+
+
+def claim_two_writers_of_one_key(dsn: str) -> None:
+    """Two writers of key k overlap: the one that started first (the older created_at)
+    commits last, while a claim is between its rounds, after its first round took the
+    other writer's message. The second round sees the older message with nothing pending
+    before it, but the claim already holds a message of k: it is left for a later claim,
+    so a claim never returns two messages of one key (a relay may send a batch's messages
+    at once)."""
+    ob, name = Outbox.make(dsn), topic()
+    with (
+        psycopg.connect(dsn, autocommit=True) as older_writer,
+        psycopg.connect(dsn, autocommit=True) as relay,
+        claims_stopped_at_their_first_row(dsn) as waiting,
+    ):
+        claimed: list[list[tuple[uuid.UUID, int]]] = []
+
+        errors: list[BaseException] = []
+
+        def claim_gated() -> None:
+            try:
+                claimed.append(claimed_by_gated(relay, name))
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        claimer = threading.Thread(target=claim_gated)
+        with older_writer.transaction():
+            [older] = ob.commit(f"{name}.k", [{"n": 1}], conn=older_writer, keys=["k"])
+            [newer] = ob.commit(f"{name}.k", [{"n": 2}], keys=["k"])
+            claimer.start()
+            while not waiting(relay.info.backend_pid):
+                assert claimer.is_alive(), f"the claim ended before the gate: {errors or claimed}"
+                time.sleep(0.02)
+        # the older writer has committed; the claim goes on to its next round
+    claimer.join()
+    assert [str(m) for m, _ in claimed[0]] == [newer], "two messages of key k in one claim"
+    with psycopg.connect(dsn, autocommit=True) as relay:
+        [(_, token)] = claimed[0]
+        relay.execute("select keel.ack_outbox(%s, %s, %s)", (ob.tenant, newer, token))
+        assert [str(m) for m, _ in claim(relay, f"{name}.")] == [older]
+
+
+def test_a_message_committed_during_a_claim_behind_one_it_claimed_waits_for_the_next_claim(
+    migrated_db,
+):
+    """claim_two_writers_of_one_key on one node. Fails on a claim that checks only the
+    messages before each one (it returns both)."""
+    claim_two_writers_of_one_key(migrated_db)
+
+
+def test_on_citus_a_claim_returns_one_message_of_a_key_when_its_writers_commit_out_of_order(
+    citus_keel,
+):
+    """claim_two_writers_of_one_key on the Citus cluster (the claim's own variant there)."""
+    claim_two_writers_of_one_key(citus_keel)

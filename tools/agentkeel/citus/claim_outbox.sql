@@ -38,7 +38,11 @@ declare
     v_now timestamptz := clock_timestamp();
     v_tenants uuid[];
     v_ids uuid[];
+    v_keys text[];
     v_availables timestamptz[];
+    -- The keys (tenant/key) of the messages this call has claimed: at most one a key, as on
+    -- PostgreSQL.
+    v_claimed_keys text[] := '{}';
     -- Candidates in available_at order only, the pending index's order (the messages of
     -- one transaction share one available_at): rounds as in the Citus keel.claim_next_tasks,
     -- the rest of a full round's last tie group (v_tie, minus what was tried) next.
@@ -72,10 +76,12 @@ begin
     if cardinality(v_due) >= 1 then
         v_share := ceil((p_limit / 2)::numeric / cardinality(v_due));
         for i in 1 .. cardinality(v_due) loop
-            select array_agg(c.message_id order by c.available_at, c.created_at, c.position)
-            into v_ids
+            select
+                array_agg(c.message_id order by c.available_at, c.created_at, c.position),
+                array_agg(c.message_key order by c.available_at, c.created_at, c.position)
+            into v_ids, v_keys
             from (
-                select o.message_id, o.available_at, o.created_at, o.position
+                select o.message_id, o.message_key, o.available_at, o.created_at, o.position
                 from keel.outbox as o
                 where o.tenant_id = v_due[i]
                     and o.state = 'pending'
@@ -88,11 +94,15 @@ begin
             for j in 1 .. coalesce(cardinality(v_ids), 0) loop
                 -- The shares, rounded up, may add up to a few more than the batch.
                 exit when v_claimed >= p_limit;
+                continue when v_due[i]::text || '/' || v_keys[j] = any(v_claimed_keys);
                 select c.* into v_message
                 from keel.claim_due_message(v_due[i], v_ids[j], p_relay, p_lease, p_topic_prefix) as c;
                 if v_message.message_id is not null then
                     return next v_message;
                     v_claimed := v_claimed + 1;
+                    if v_message.message_key is not null then
+                        v_claimed_keys := v_claimed_keys || (v_due[i]::text || '/' || v_message.message_key);
+                    end if;
                 end if;
             end loop;
         end loop;
@@ -104,10 +114,11 @@ begin
         select
             array_agg(c.tenant_id order by c.available_at),
             array_agg(c.message_id order by c.available_at),
+            array_agg(c.message_key order by c.available_at),
             array_agg(c.available_at order by c.available_at)
-        into v_tenants, v_ids, v_availables
+        into v_tenants, v_ids, v_keys, v_availables
         from (
-            select o.tenant_id, o.message_id, o.available_at
+            select o.tenant_id, o.message_id, o.message_key, o.available_at
             from keel.outbox as o
             where o.state = 'pending'
                 and o.available_at <= v_now
@@ -138,11 +149,17 @@ begin
         v_count := coalesce(array_length(v_tenants, 1), 0);
         for i in 1 .. v_count loop
             v_tried := v_tried || (v_tenants[i]::text || '/' || v_ids[i]::text);
+            -- A key this call holds a message of: its writer committed after that
+            -- message's; left for a later claim.
+            continue when v_tenants[i]::text || '/' || v_keys[i] = any(v_claimed_keys);
             select c.* into v_message
             from keel.claim_due_message(v_tenants[i], v_ids[i], p_relay, p_lease, p_topic_prefix) as c;
             if v_message.message_id is not null then
                 return next v_message;
                 v_claimed := v_claimed + 1;
+                if v_message.message_key is not null then
+                    v_claimed_keys := v_claimed_keys || (v_tenants[i]::text || '/' || v_message.message_key);
+                end if;
                 exit when v_claimed >= p_limit;
             end if;
         end loop;
@@ -161,4 +178,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), the rest of the batch is the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), the rest of the batch is the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, at most one message of a key per claim, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
