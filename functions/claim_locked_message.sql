@@ -1,4 +1,6 @@
--- Outbox delivery (G6): the one place an outbox claim is granted and its token incremented.
+-- Outbox delivery (G6): grant one claim on a locked outbox message, or make it dead. (The
+-- one-node keel.claim_outbox and keel.claim_due_messages grant many in one UPDATE of the
+-- same form.)
 create or replace function keel.claim_locked_message(
     p_tenant_id uuid,
     p_message_id uuid,
@@ -14,13 +16,7 @@ as $$
 declare
     v_message keel.outbox;
     v_error text;
-    -- A new random token per claim (60 bits from PostgreSQL's cryptographic source), not
-    -- the previous one plus one: the token is the claimer's credential for ack, nack and
-    -- release, and another relay, which sees the message ids, must not guess it.
-    v_token bigint := (
-        'x' || substr(replace(gen_random_uuid()::text, '-', ''), 1, 12)
-        || substr(replace(gen_random_uuid()::text, '-', ''), 1, 3)
-    )::bit(60)::bigint;
+    v_token bigint := keel.claim_token_of(keel.claim_secret(), p_message_id);
 begin
     -- Locked already by the caller's claim scan: this re-read is the row as it is now.
     v_message := keel.lock_outbox_message(p_tenant_id, p_message_id);

@@ -40,6 +40,13 @@ declare
     v_seen integer;
     v_claimed integer := 0;
     v_deaths integer;
+    -- Messages claimed this often with no ack or nack go dead instead (claim_locked_message).
+    v_max_claims integer := keel.outbox_max_unreported_claims();
+    v_dying_tenants uuid[];
+    v_dying_ids uuid[];
+    v_grant integer;
+    -- Each claimed message's token comes from this and its id (keel.claim_token_of).
+    v_secret bytea := keel.claim_secret();
     -- Where the next round starts in the claim index (available_at, created_at, position,
     -- message_id: oldest first, a transition's messages in their order): no round walks
     -- again what an earlier one walked past.
@@ -49,7 +56,6 @@ declare
     v_after_id uuid := '00000000-0000-0000-0000-000000000000';
     v_tenants uuid[];
     v_ids uuid[];
-    v_keys text[];
     -- The keys (tenant/key) of the messages this call has claimed: a claim returns at most
     -- one message of a key, so a relay may send a batch's messages at once.
     v_claimed_keys text[] := '{}';
@@ -82,7 +88,8 @@ begin
         v_deaths := 0;
         v_tenants := '{}';
         v_ids := '{}';
-        v_keys := '{}';
+        v_dying_tenants := '{}';
+        v_dying_ids := '{}';
         v_behind_tenants := '{}';
         v_behind_ids := '{}';
         -- Only this statement sees and locks rows of every tenant; the flag is off again
@@ -93,6 +100,7 @@ begin
                 o.tenant_id,
                 o.message_id,
                 o.message_key,
+                o.claims,
                 o.available_at,
                 o.created_at,
                 o.position,
@@ -134,6 +142,7 @@ begin
                         s.tenant_id,
                         s.message_id,
                         s.message_key,
+                        s.claims,
                         s.available_at,
                         s.created_at,
                         s.position
@@ -157,6 +166,7 @@ begin
                         s.tenant_id,
                         s.message_id,
                         s.message_key,
+                        s.claims,
                         s.available_at,
                         s.created_at,
                         s.position
@@ -192,10 +202,12 @@ begin
                 -- its writer committed after that message's (writers of one key that
                 -- overlap are ordered by nothing). Left as it is, for a later claim.
                 null;
+            elsif v_row.head and v_row.claims >= v_max_claims then
+                v_dying_tenants := v_dying_tenants || v_row.tenant_id;
+                v_dying_ids := v_dying_ids || v_row.message_id;
             elsif v_row.head then
                 v_tenants := v_tenants || v_row.tenant_id;
                 v_ids := v_ids || v_row.message_id;
-                v_keys := v_keys || v_key;
             elsif not v_row.behind_in_flight then
                 v_behind_tenants := v_behind_tenants || v_row.tenant_id;
                 v_behind_ids := v_behind_ids || v_row.message_id;
@@ -211,19 +223,39 @@ begin
             set held = true
             where o.tenant_id = v_behind_tenants[i] and o.message_id = v_behind_ids[i];
         end loop;
-        for i in 1 .. coalesce(array_length(v_ids, 1), 0) loop
-            -- The shares, rounded up, may add up to a few more than the batch.
-            exit when v_claimed >= p_limit;
-            v_message := keel.claim_locked_message(v_tenants[i], v_ids[i], p_relay, v_now, v_expires);
-            if v_message.message_id is not null then
-                v_claimed := v_claimed + 1;
-                if v_keys[i] is not null then
-                    v_claimed_keys := v_claimed_keys || v_keys[i];
-                end if;
-                return next v_message;
-            else
-                v_deaths := v_deaths + 1;
+        for i in 1 .. coalesce(array_length(v_dying_ids, 1), 0) loop
+            -- Dead instead of claimed; it makes its key's next message claimable.
+            v_message := keel.claim_locked_message(
+                v_dying_tenants[i], v_dying_ids[i], p_relay, v_now, v_expires
+            );
+            v_deaths := v_deaths + 1;
+        end loop;
+        -- The claims of the round, in one statement (the form of keel.claim_locked_message,
+        -- whose lock this scan took already), returned in the scan's order. The shares,
+        -- rounded up, may add up to a few more than the batch.
+        v_grant := least(coalesce(array_length(v_ids, 1), 0), p_limit - v_claimed);
+        for v_message in
+            with granted as (
+                update keel.outbox as o
+                set
+                    claim_token = keel.claim_token_of(v_secret, o.message_id),
+                    claimed_by = p_relay,
+                    claimed_at = v_now,
+                    available_at = v_expires,
+                    claims = o.claims + 1
+                from unnest(v_tenants[1:v_grant], v_ids[1:v_grant]) with ordinality
+                    as c (tenant_id, message_id, n)
+                where o.tenant_id = c.tenant_id and o.message_id = c.message_id
+                returning o as message, c.n
+            )
+            select (g.message).* from granted as g order by g.n
+        loop
+            v_claimed := v_claimed + 1;
+            if v_message.message_key is not null then
+                v_claimed_keys := v_claimed_keys
+                    || (v_message.tenant_id::text || '/' || v_message.message_key);
             end if;
+            return next v_message;
         end loop;
         set local keel.outbox_delivery = off;
         exit when v_claimed >= p_limit;

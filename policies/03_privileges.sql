@@ -88,6 +88,9 @@ keel.check_lease_request(text, interval, timestamptz),
 keel.interval_end(text, interval, timestamptz, interval),
 keel.set_claim_scan(boolean)
 to keel_worker, keel_relay;
+-- The shape check of the relay's batch of acks (keel.ack_outbox_messages, SECURITY
+-- INVOKER), which runs as the relay login.
+grant execute on function keel.check_batch(jsonb, text[]) to keel_relay;
 
 -- Sessions of chat-loop agents: each call in its own tenant, terminal outcomes protected.
 grant execute on function
@@ -126,6 +129,7 @@ to keel_app, keel_worker;
 grant execute on function
 keel.claim_outbox(text, integer, interval, text),
 keel.ack_outbox(uuid, uuid, bigint),
+keel.ack_outbox_messages(jsonb),
 keel.nack_outbox(uuid, uuid, bigint, text, boolean),
 keel.release_outbox(uuid, uuid, bigint),
 keel.relay_replay_outbox(uuid, uuid),
@@ -133,10 +137,14 @@ keel.outbox_status(),
 keel.outbox_delivered(interval),
 keel.promote_outbox_heads(uuid, text, integer)
 to keel_relay;
--- The per-message step of the relay's claim; on Citus its variant (SECURITY INVOKER)
--- scans the metadata of every tenant's pending messages as the relay login (policy
--- outbox_relay_scan): never payloads or headers.
-grant execute on function keel.claim_due_message(uuid, uuid, text, interval, text) to keel_relay;
+-- The per-tenant step of the relay's claim (and one message alone); on Citus its variant
+-- (SECURITY INVOKER) scans the metadata of every tenant's pending messages as the relay
+-- login (policy outbox_relay_scan): never payloads or headers.
+grant execute on function
+keel.claim_due_message(uuid, uuid, text, interval, text),
+keel.claim_due_messages(uuid, uuid[], text, interval, text),
+keel.ack_tenant_outbox_messages(uuid, uuid[], bigint[])
+to keel_relay;
 -- The per-key step of the relay's sweep (keel.promote_outbox_heads), likewise.
 grant execute on function keel.promote_outbox_head(uuid, text) to keel_relay;
 -- The delivery columns too (attempts, claims, last_error, dead_at, delivered_at): the

@@ -498,6 +498,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         caught_by="test_an_expired_claim_is_taken_over_and_the_stale_token_changes_nothing",
     ),
     Mutation(
+        name="batch_ack_unfenced",
+        guarantee="G6",
+        breaks="a batch of acks delivers a message whatever its claim token",
+        file="ack_tenant_outbox_messages.sql",
+        edits=(
+            Edit(
+                r"\s+and o\.claim_token = p_claim_tokens\["
+                r"array_position\(p_message_ids, o\.message_id\)\]",
+                "",
+                1,
+            ),
+        ),
+        caught_by="test_a_batch_of_acks_acks_each_current_claim_and_refuses_the_rest_alone",
+    ),
+    Mutation(
         name="session_terminal_overwritten",
         guarantee="G3",
         breaks="a running step update replaces a finished one",

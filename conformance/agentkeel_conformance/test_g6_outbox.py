@@ -170,6 +170,54 @@ def test_ack_is_fenced_idempotent_and_names_unknown_messages(keel, tenant, workf
         r.ack_outbox(uuid.uuid4(), message_id, claimed.claim_token)
 
 
+def test_a_batch_of_acks_acks_each_current_claim_and_refuses_the_rest_alone(
+    keel, tenant, workflow, relay, prefix
+):
+    """keel.ack_outbox_messages, the relay's batch of acks: each item is fenced as
+    ack_outbox is. An item with a token that is not the current claim (or of a message never
+    claimed) is refused with outbox_claim_lost and changes nothing, an unknown message or
+    the right id under another tenant's name with message_not_found; the other items are
+    delivered, and the ack of a key's head makes the next message of its key claimable. A
+    repeated item, or the whole batch again, changes nothing more.
+    Mutation: batch_ack_unfenced."""
+    t = f"{prefix}t"
+    first, second, never = write(keel, tenant, workflow, [{"topic": t}] * 3)
+    head, behind = write(keel, tenant, workflow, [{"topic": f"{prefix}k", "key": "k"}] * 2)
+    r = relay()
+    claimed = {m.message_id: m for m in r.claim_outbox("r", 10, LONG, prefix)}
+    assert set(claimed) == {first, second, never, head}
+    r.release_outbox(tenant, never, claimed[never].claim_token)  # claimed no more
+    items = [
+        (tenant, first, claimed[first].claim_token),
+        (tenant, second, claimed[second].claim_token + 1),
+        (tenant, never, claimed[never].claim_token),
+        (tenant, uuid.uuid4(), 1),
+        (uuid.uuid4(), head, claimed[head].claim_token),
+        (tenant, head, claimed[head].claim_token),
+        (tenant, first, claimed[first].claim_token),
+    ]
+    batch = [{"tenant_id": a, "message_id": b, "claim_token": c} for a, b, c in items]
+    outcomes = r.ack_outbox_messages(batch)
+    assert [o.item for o in outcomes] == list(range(1, 8))
+    assert [o.message_id for o in outcomes] == [b for _, b, _ in items]
+    refused = [o.refused.sqlstate if o.refused else None for o in outcomes]
+    assert refused == [None, "55K08", "55K08", "42K08", "42K08", None, None]
+    states = {m: row(keel.conn, tenant, m)["state"] for m in (first, second, never, head)}
+    assert states == {
+        first: "delivered",
+        second: "pending",
+        never: "pending",
+        head: "delivered",
+    }
+    assert row(keel.conn, tenant, second)["claim_token"] == claimed[second].claim_token
+    assert set(claim_ids(r, prefix)) == {behind, never}  # with the key's next message
+    again = r.ack_outbox_messages(batch)
+    assert [o.refused.sqlstate if o.refused else None for o in again] == refused
+    r.ack_outbox(tenant, second, claimed[second].claim_token)  # its holder still can
+    with pytest.raises(InvalidArgument):
+        r.ack_outbox_messages([{"tenant_id": tenant, "message_id": "not a uuid", "claim_token": 1}])
+
+
 @pytest.fixture
 def max_attempts(owner_dsn: str, prefix: str) -> Iterator[Callable[[str, int], None]]:
     """Set keel.outbox_topics limits for topics of this test; removed afterwards."""
@@ -811,4 +859,32 @@ def test_the_per_tenant_claim_takes_one_named_message_once(keel, tenant, workflo
     # client before it is sent (Citus 13.2 fails on it, docs/citus.md).
     with pytest.raises(psycopg.Error) as info:
         conn.execute(claim, (tenant, None, prefix)).fetchall()
+    assert info.value.sqlstate == "22K01"
+
+
+CLAIM_DUE = "select * from keel.claim_due_messages(%s, %s::uuid[], 'r')"
+ACK_TENANT = "select * from keel.ack_tenant_outbox_messages(%s, %s::uuid[], %s::bigint[])"
+
+
+@pytest.mark.parametrize(
+    ("call", "args", "problem"),
+    [
+        (CLAIM_DUE, lambda ids: [ids], "a claim takes 1 to"),
+        (CLAIM_DUE, lambda ids: [[None]], "ids are required"),
+        (ACK_TENANT, lambda ids: [ids, [1] * len(ids)], "a batch holds at most"),
+        (ACK_TENANT, lambda ids: [ids[:2], [1]], "as many message ids"),
+    ],
+    ids=["claim_over_the_limit", "claim_null_id", "acks_over_the_limit", "acks_unpaired"],
+)
+def test_the_per_tenant_steps_check_their_arguments(tenant, relay, call, args, problem):
+    """keel.claim_due_messages and keel.ack_tenant_outbox_messages (the relay's per-tenant
+    steps) take 1 to settings.max_batch_items messages, none of them null, and the acks as
+    many tokens as messages: anything else is invalid_argument (22K01), before a message is
+    touched.
+    No mutation: the generated mutants disable each check (tests/test_mutants.py)."""
+    conn = relay().conn
+    [(most,)] = conn.execute("select keel.max_batch_items()").fetchall()
+    ids = [uuid.uuid4() for _ in range(most + 1)]
+    with pytest.raises(psycopg.Error, match=problem) as info:
+        conn.execute(call, [tenant, *args(ids)]).fetchall()
     assert info.value.sqlstate == "22K01"

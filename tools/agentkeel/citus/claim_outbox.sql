@@ -12,9 +12,10 @@
 --      available_at first, a batch at a time, for the rest: a multi-shard SELECT of
 --      message metadata (keel_relay may read those columns of every tenant, never
 --      payloads: policy outbox_relay_scan, column grants).
---   2. For each candidate, keel.claim_due_message on the node that holds its tenant, which
---      locks it with SKIP LOCKED and rechecks that it is still pending, due and the oldest
---      pending message of its key.
+--   2. For each tenant's candidates, one call of keel.claim_due_messages on the node that
+--      holds the tenant, which locks them with SKIP LOCKED, rechecks that each is still
+--      pending, due and the oldest pending message of its key, and claims them in one
+--      statement.
 create or replace function keel.claim_outbox(
     p_relay text,
     p_limit integer default 100,
@@ -54,6 +55,10 @@ declare
     v_claimed integer := 0;
     v_due uuid[];
     v_share integer;
+    v_from integer;
+    v_to integer;
+    v_tenant uuid;
+    v_chunk uuid[];
 begin
     perform keel.check_lease_request(p_relay, p_lease, v_now);
     perform keel.check_claim_limit(p_limit);
@@ -91,20 +96,21 @@ begin
                 order by o.available_at, o.created_at, o.position, o.message_id
                 limit v_share
             ) as c;
-            for j in 1 .. coalesce(cardinality(v_ids), 0) loop
-                -- The shares, rounded up, may add up to a few more than the batch.
-                exit when v_claimed >= p_limit;
-                continue when v_due[i]::text || '/' || v_keys[j] = any(v_claimed_keys);
-                select c.* into v_message
-                from keel.claim_due_message(v_due[i], v_ids[j], p_relay, p_lease, p_topic_prefix) as c;
-                if v_message.message_id is not null then
-                    return next v_message;
-                    v_claimed := v_claimed + 1;
-                    if v_message.message_key is not null then
-                        v_claimed_keys := v_claimed_keys || (v_due[i]::text || '/' || v_message.message_key);
-                    end if;
+            -- The shares, rounded up, may add up to a few more than the batch.
+            v_ids := v_ids[1:p_limit - v_claimed];
+            continue when coalesce(cardinality(v_ids), 0) = 0;
+            -- One call on the tenant's node claims what is still claimable of its share.
+            for v_message in
+                select c.*
+                from keel.claim_due_messages(v_due[i], v_ids, p_relay, p_lease, p_topic_prefix) as c
+            loop
+                return next v_message;
+                v_claimed := v_claimed + 1;
+                if v_message.message_key is not null then
+                    v_claimed_keys := v_claimed_keys || (v_due[i]::text || '/' || v_message.message_key);
                 end if;
             end loop;
+            exit when v_claimed >= p_limit;
         end loop;
         if v_claimed >= p_limit then
             return;
@@ -147,21 +153,37 @@ begin
             limit case when v_tie is null then v_round end
         ) as c;
         v_count := coalesce(array_length(v_tenants, 1), 0);
-        for i in 1 .. v_count loop
-            v_tried := v_tried || (v_tenants[i]::text || '/' || v_ids[i]::text);
-            -- A key this call holds a message of: its writer committed after that
-            -- message's; left for a later claim.
-            continue when v_tenants[i]::text || '/' || v_keys[i] = any(v_claimed_keys);
-            select c.* into v_message
-            from keel.claim_due_message(v_tenants[i], v_ids[i], p_relay, p_lease, p_topic_prefix) as c;
-            if v_message.message_id is not null then
-                return next v_message;
-                v_claimed := v_claimed + 1;
-                if v_message.message_key is not null then
-                    v_claimed_keys := v_claimed_keys || (v_tenants[i]::text || '/' || v_message.message_key);
-                end if;
-                exit when v_claimed >= p_limit;
-            end if;
+        -- The candidates in chunks of what the batch still has room for, oldest first;
+        -- each chunk is one call of keel.claim_due_messages per tenant, on its node.
+        v_from := 1;
+        while v_from <= v_count and v_claimed < p_limit loop
+            v_to := least(v_count, v_from + (p_limit - v_claimed) - 1);
+            for v_tenant, v_chunk in
+                select c.tenant_id, array_agg(c.message_id order by c.n)
+                from unnest(v_tenants[v_from:v_to], v_ids[v_from:v_to], v_keys[v_from:v_to])
+                    with ordinality as c (tenant_id, message_id, message_key, n)
+                -- A key this call holds a message of: its writer committed after that
+                -- message's; left for a later claim.
+                where c.message_key is null
+                    or not (c.tenant_id::text || '/' || c.message_key = any(v_claimed_keys))
+                group by c.tenant_id
+                order by min(c.n)
+            loop
+                for v_message in
+                    select c.*
+                    from keel.claim_due_messages(v_tenant, v_chunk, p_relay, p_lease, p_topic_prefix) as c
+                loop
+                    return next v_message;
+                    v_claimed := v_claimed + 1;
+                    if v_message.message_key is not null then
+                        v_claimed_keys := v_claimed_keys || (v_tenant::text || '/' || v_message.message_key);
+                    end if;
+                end loop;
+            end loop;
+            for i in v_from .. v_to loop
+                v_tried := v_tried || (v_tenants[i]::text || '/' || v_ids[i]::text);
+            end loop;
+            v_from := v_to + 1;
         end loop;
         exit when v_claimed >= p_limit;
         if v_tie is not null then
@@ -178,4 +200,4 @@ end;
 $$;
 
 comment on function keel.claim_outbox(text, integer, interval, text) is
-'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_message for each candidate, on its tenant''s node. Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), the rest of the batch is the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, at most one message of a key per claim, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';
+'Citus variant (installed by agentkeel distribute; SECURITY INVOKER): claims up to p_limit (1 to settings.max_batch_items) pending outbox messages of any tenant whose available_at has come, optionally only topics starting with p_topic_prefix, for p_relay until now + p_lease, by an unlocked candidate scan of message metadata as the relay login and then keel.claim_due_messages for each tenant''s candidates, on its node. Fair across tenants: half the batch (rounded down) is first shared equally among tenants with due messages (each one''s oldest), the rest of the batch is the oldest due messages of any tenant. Same contract as the PostgreSQL function: a new claim_token per message, rows locked by other transactions skipped, a message with a message_key not claimed while it is held or an earlier one of the same tenant and key is pending, at most one message of a key per claim, dead instead after settings.outbox_max_unreported_claims claims with no ack or nack (G6).';

@@ -20,6 +20,7 @@ from agentkeel.client.calls import (
 from agentkeel.client.ledger import LedgerCalls
 from agentkeel.client.outbox import OutboxCalls
 from agentkeel.client.rows import (
+    AckOutcome,
     BatchError,
     Checkpoint,
     LoadedCheckpoint,
@@ -50,6 +51,7 @@ class Keel(TaskCalls, OutboxCalls, LedgerCalls):
 
 
 __all__ = [
+    "AckOutcome",
     "BatchError",
     "Checkpoint",
     "Keel",

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from agentkeel.client.base import KeelBase
+from agentkeel.client.calls import refusal
 from agentkeel.client.rows import (
+    AckOutcome,
     OutboxMessage,
     OutboxStatus,
     OutboxSweep,
@@ -40,6 +44,26 @@ class OutboxCalls(KeelBase):
             None,
             {"tenant_id": tenant_id, "message_id": message_id, "claim_token": claim_token},
         )
+
+    def ack_outbox_messages(self, items: Sequence[Mapping[str, Any]]) -> list[AckOutcome]:
+        """Ack many claimed messages in one round trip (keel.ack_outbox_messages). Each item
+        has tenant_id, message_id and claim_token; an item whose claim was lost (55K08) or
+        whose message is gone (42K08) changes nothing and says why, the others are acked."""
+        rows = self._records(
+            "ack_outbox_messages",
+            None,
+            {
+                "items": [
+                    {
+                        "tenant_id": str(i["tenant_id"]),
+                        "message_id": str(i["message_id"]),
+                        "claim_token": int(i["claim_token"]),
+                    }
+                    for i in items
+                ]
+            },
+        )
+        return [AckOutcome(r["item"], r["message_id"], refusal(r)) for r in rows]
 
     def nack_outbox(
         self,

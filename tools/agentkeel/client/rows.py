@@ -140,6 +140,15 @@ class ReserveOutcome:
 
 
 @dataclass(frozen=True)
+class AckOutcome:
+    """One item of keel.ack_outbox_messages: acked (refused is None), or why not."""
+
+    item: int
+    message_id: uuid.UUID
+    refused: BatchError | None
+
+
+@dataclass(frozen=True)
 class OutboxMessage:
     tenant_id: uuid.UUID
     message_id: uuid.UUID

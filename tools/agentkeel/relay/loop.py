@@ -46,11 +46,12 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from agentkeel.exitcodes import AgentkeelError, ExitCode
 from agentkeel.relay.failpoints import Failpoints
 from agentkeel.relay.logs import LOGGER, log
-from agentkeel.relay.sinks import ACK, RELEASE, Message, Outcome, Sink
+from agentkeel.relay.sinks import RELEASE, Message, Outcome, Sink
 
 T = TypeVar("T")
 CHANNEL = "keel_outbox"
@@ -109,6 +110,10 @@ CLAIM = (
     f"{CLAIMED} from keel.claim_outbox(p_relay => %s, p_limit => %s, p_lease => %s,"
     " p_topic_prefix => %s) as c"
 )
+# The acks of a batch, one call; one row per item, in order.
+ACK_MESSAGES = (
+    "select a.item, a.refused_sqlstate, a.refused_message from keel.ack_outbox_messages(%s) as a"
+)
 # One message again, alone (a suspect: its earlier claims ended with no report).
 CLAIM_ONE = (
     f"{CLAIMED} from keel.claim_due_message(p_tenant_id => %s, p_message_id => %s,"
@@ -128,7 +133,8 @@ STARTUP = (
     "'keel.claim_outbox(text, integer, interval, text)'), 'EXECUTE') as may,"
     " exists (select 1 from pg_catalog.pg_attribute where attrelid ="
     " to_regclass('keel.outbox') and attname = 'held' and not attisdropped)"
-    " and to_regprocedure('keel.max_batch_items()') is not null as current,"
+    " and to_regprocedure('keel.max_batch_items()') is not null"
+    " and to_regprocedure('keel.ack_outbox_messages(jsonb)') is not null as current,"
     " pg_catalog.clock_timestamp() as now, pg_catalog.pg_backend_pid() as pid"
 )
 # The sweep over keys with held messages (keel.promote_outbox_heads): at most every
@@ -307,8 +313,8 @@ class Relay:
         if not row["current"]:
             raise AgentkeelError(
                 "the agentkeel schema is older than this relay (no keel.outbox.held, "
-                "migration 0037, or no keel.max_batch_items()): run `agentkeel migrate up` "
-                "first",
+                "migration 0037, or no keel.ack_outbox_messages()): run `agentkeel migrate up` "
+                "first (on Citus, then `agentkeel distribute --apply`)",
                 ExitCode.SCHEMA_MISSING,
             )
         self.deaths_after = (row["now"], ZERO_UUID)
@@ -775,37 +781,64 @@ class Relay:
     async def settle(
         self, messages: Sequence[Message], outcomes: Sequence[Outcome], batch: int
     ) -> None:
-        """Ack, nack and release the batch in one transaction. The acks go in one pipeline
-        (one round trip), one statement each, the form Citus runs on the node that holds
-        the message's tenant; if a claim was lost meanwhile, they go again one by one, each
-        in a savepoint, so the lost one does not undo the others."""
+        """Ack, nack and release the batch in one transaction. Two acks or more are one
+        call (keel.ack_outbox_messages: one UPDATE on PostgreSQL, each on its tenant's node
+        on Citus), which refuses an item whose claim was lost and acks the others; nacks,
+        releases and a single ack go one by one, each in a savepoint, so a lost one does
+        not undo the others."""
         assert self.conn is not None
         conn = self.conn
         pairs = list(zip(messages, outcomes, strict=True))
         acks = [m for m, o in pairs if o.kind == "ack"]
+        if len(acks) == 1:
+            acks = []  # one ack alone goes as keel.ack_outbox (below): it costs less
         # A message the sink called unavailable is given back last, so it is due after the
         # ones not sent: the next claim tries those first, and a message an endpoint alone
         # refuses cannot stand at the head of every batch while the relay pauses.
         one_by_one = sorted(
-            ((m, o) for m, o in pairs if o.kind != "ack"),
+            ((m, o) for m, o in pairs if not (acks and o.kind == "ack")),
             key=lambda pair: pair[1].kind == "outage" and pair[1].tried,
         )
         async with conn.transaction():
             if acks:
-                try:
-                    async with conn.transaction(), conn.cursor() as cur:
-                        await cur.executemany(
-                            "select keel.ack_outbox(%s, %s, %s)",
-                            [(m.tenant_id, m.message_id, m.claim_token) for m in acks],
+                items = [
+                    {
+                        "tenant_id": str(m.tenant_id),
+                        "message_id": str(m.message_id),
+                        "claim_token": m.claim_token,
+                    }
+                    for m in acks
+                ]
+                cur = await conn.execute(ACK_MESSAGES, (Jsonb(items),))
+                for row in await cur.fetchall():
+                    message = acks[row["item"] - 1]
+                    if row["refused_sqlstate"] is None:
+                        self.stats.acked += 1
+                    elif row["refused_sqlstate"] == CLAIM_LOST:
+                        self._claim_lost(message, "ack")
+                    else:  # message_not_found: an owner deleted it meanwhile
+                        self.stats.claims_lost += 1
+                        log(
+                            self.logger,
+                            logging.WARNING,
+                            "ack refused",
+                            message_id=str(message.message_id),
+                            sqlstate=row["refused_sqlstate"],
+                            error=row["refused_message"],
                         )
-                    self.stats.acked += len(acks)
-                except psycopg.Error as error:
-                    if error.sqlstate != CLAIM_LOST:
-                        raise
-                    one_by_one = [(m, ACK) for m in acks] + one_by_one
             for message, outcome in one_by_one:
                 await self._settle_one(message, outcome)
             self.failpoints.hit("after_ack", batch)
+
+    def _claim_lost(self, message: Message, outcome: str) -> None:
+        self.stats.claims_lost += 1
+        log(
+            self.logger,
+            logging.WARNING,
+            "claim lost: the lease ran out and another relay took the message",
+            message_id=str(message.message_id),
+            outcome=outcome,
+        )
 
     async def _settle_one(self, message: Message, outcome: Outcome) -> None:
         assert self.conn is not None
@@ -842,14 +875,7 @@ class Relay:
         except psycopg.Error as error:
             if error.sqlstate != CLAIM_LOST:
                 raise
-            self.stats.claims_lost += 1
-            log(
-                self.logger,
-                logging.WARNING,
-                "claim lost: the lease ran out and another relay took the message",
-                message_id=str(message.message_id),
-                outcome=outcome.kind,
-            )
+            self._claim_lost(message, outcome.kind)
 
 
 async def run(config: Config, sink: Sink, failpoints: Failpoints | None = None) -> Stats:
