@@ -1,6 +1,6 @@
 """The relay's settle step: a claim lost meanwhile (the lease ran out and another relay
-took the message over) is refused by the database and skipped; the batch's other acks
-stand. And the subject a topic makes on NATS."""
+took the message over), or a message deleted meanwhile, is refused by the database and
+skipped; the batch's other acks stand. And the subject a topic makes on NATS."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
+from agentkeel.client import set_tenant_context
 from agentkeel.relay import Config, Relay
 from agentkeel.relay.sinks import ACK, StdoutSink, subject_for
 from relay_services import Outbox
@@ -50,6 +51,40 @@ def test_a_lost_claim_is_skipped_and_the_other_acks_stand(migrated_db):
     rows = {str(r["message_id"]): r for r in box.rows()}
     assert rows[taken]["state"] == "pending" and rows[taken]["claimed_by"] == "fast-relay"
     assert all(rows[m]["state"] == "delivered" for m in sent if m != taken)
+
+
+def test_a_message_deleted_under_its_claim_is_counted_and_the_other_acks_stand(migrated_db):
+    """The owner deletes a claimed message (its task, by cascade) before the relay acks the
+    batch: the ack of that one is refused (message_not_found), counted and logged, and the
+    batch's other acks stand."""
+    box = Outbox.make(migrated_db)
+    [gone] = box.commit("gone.claim", [1])
+    kept = box.commit("gone.claim", [2, 3])
+
+    async def scenario() -> Relay:
+        relay = Relay(Config(dsn=migrated_db, name="r", handle_signals=False), StdoutSink())
+        relay.conn = await relay.connect()
+        try:
+            messages = await relay.claim()
+            assert sorted(str(m.message_id) for m in messages) == sorted([gone, *kept])
+            with psycopg.connect(migrated_db, autocommit=True) as su, su.transaction():
+                set_tenant_context(su, box.tenant)
+                su.execute("set local keel.purge = on")
+                su.execute(
+                    "delete from keel.tasks where tenant_id = %s and task_id ="
+                    " (select task_id from keel.outbox where message_id = %s)",
+                    (box.tenant, gone),
+                )
+            await relay.settle(messages, [ACK] * len(messages), 1)
+        finally:
+            await relay.conn.close()
+        return relay
+
+    relay = asyncio.run(scenario())
+    assert (relay.stats.acked, relay.stats.claims_lost) == (2, 1)
+    assert {str(r["message_id"]): r["state"] for r in box.rows()} == dict.fromkeys(
+        kept, "delivered"
+    )
 
 
 @pytest.mark.parametrize(

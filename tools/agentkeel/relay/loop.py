@@ -814,30 +814,25 @@ class Relay:
                     message = acks[row["item"] - 1]
                     if row["refused_sqlstate"] is None:
                         self.stats.acked += 1
-                    elif row["refused_sqlstate"] == CLAIM_LOST:
-                        self._claim_lost(message, "ack")
-                    else:  # message_not_found: an owner deleted it meanwhile
-                        self.stats.claims_lost += 1
-                        log(
-                            self.logger,
-                            logging.WARNING,
-                            "ack refused",
-                            message_id=str(message.message_id),
-                            sqlstate=row["refused_sqlstate"],
-                            error=row["refused_message"],
-                        )
+                    else:
+                        self._claim_lost(message, "ack", row["refused_sqlstate"])
             for message, outcome in one_by_one:
                 await self._settle_one(message, outcome)
             self.failpoints.hit("after_ack", batch)
 
-    def _claim_lost(self, message: Message, outcome: str) -> None:
+    def _claim_lost(self, message: Message, outcome: str, sqlstate: str = CLAIM_LOST) -> None:
+        """A report the database refused: the claim was lost (55K08), or the message is
+        gone (42K08, an owner deleted it meanwhile)."""
         self.stats.claims_lost += 1
         log(
             self.logger,
             logging.WARNING,
-            "claim lost: the lease ran out and another relay took the message",
+            "claim lost: the lease ran out and another relay took the message"
+            if sqlstate == CLAIM_LOST
+            else "report refused: the message is gone",
             message_id=str(message.message_id),
             outcome=outcome,
+            sqlstate=sqlstate,
         )
 
     async def _settle_one(self, message: Message, outcome: Outcome) -> None:
