@@ -27,12 +27,20 @@ declare
     v_row record;
     v_acked boolean[] := array_fill(false, array[coalesce(cardinality(p_message_ids), 0)]);
 begin
-    if p_tenant_id is null or p_message_ids is null or p_claim_tokens is null
-        or cardinality(p_claim_tokens) <> v_count
-        or array_position(p_message_ids, null) is not null then
+    -- Item i is p_message_ids[i] and p_claim_tokens[i], from 1 (checked first:
+    -- array_position refuses an array of more than one dimension).
+    if coalesce(array_ndims(p_message_ids), 1) <> 1
+        or coalesce(array_ndims(p_claim_tokens), 1) <> 1
+        or coalesce(array_lower(p_message_ids, 1), 1) <> 1
+        or coalesce(array_lower(p_claim_tokens, 1), 1) <> 1
+        or p_tenant_id is null or p_message_ids is null or p_claim_tokens is null
+        or cardinality(p_claim_tokens) <> v_count then
         raise exception using
             errcode = '22K01',
-            message = 'a tenant id, and as many message ids (none null) as claim tokens, are required';
+            message = 'a tenant id, and as many message ids as claim tokens, in arrays from 1, are required';
+    end if;
+    if array_position(p_message_ids, null) is not null then
+        raise exception using errcode = '22K01', message = 'message ids must not be null';
     end if;
     if v_count > keel.max_batch_items() then
         raise exception using
@@ -66,10 +74,11 @@ begin
         if not v_acked[i] then
             begin
                 -- Not acked above: acked alone, where a retried ack (delivered before with
-                -- this token) changes nothing and what keel.ack_outbox raises is the item's
-                -- refusal.
+                -- this token) changes nothing and a lost claim (55K08) or a message that is
+                -- gone (42K08) is the item's refusal; any other error (a lock timeout, a
+                -- serialization failure) fails the call, which changes nothing.
                 perform keel.ack_outbox(p_tenant_id, p_message_ids[i], p_claim_tokens[i]);
-            exception when others then
+            exception when sqlstate '55K08' or sqlstate '42K08' then
                 get stacked diagnostics refused_sqlstate = returned_sqlstate, refused_message = message_text;
             end;
         end if;

@@ -1,6 +1,7 @@
--- Outbox delivery (G6): grant one claim on a locked outbox message, or make it dead. (The
--- one-node keel.claim_outbox and keel.claim_due_messages grant many in one UPDATE of the
--- same form.)
+-- Outbox delivery (G6): grant one claim on a locked outbox message, or make it dead. The
+-- claims (keel.claim_outbox on PostgreSQL, keel.claim_due_messages) grant the messages
+-- below the limit in one UPDATE of the same form themselves, and call this for those at
+-- settings.outbox_max_unreported_claims, which it makes dead.
 create or replace function keel.claim_locked_message(
     p_tenant_id uuid,
     p_message_id uuid,
@@ -59,4 +60,4 @@ end;
 $$;
 
 comment on function keel.claim_locked_message(uuid, uuid, text, timestamptz, timestamptz) is
-'Grants a claim on an outbox row the caller has locked: a new random claim token, claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more unreported claim (claims). A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead, and null is returned. Not granted to any role.';
+'Grants a claim on an outbox row the caller has locked: a new claim token (keel.claim_token_of), claimed_by, available_at = expiry (so an expired claim makes the message claimable again) and one more unreported claim (claims). A message already claimed settings.outbox_max_unreported_claims times with no ack or nack goes dead instead, and null is returned. Not granted to any role.';

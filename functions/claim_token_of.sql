@@ -9,7 +9,7 @@ as $$
     -- 60 bits of sha256(secret, message id): the secret is random per claim call (from
     -- gen_random_uuid, a cryptographic source), so no relay can guess another's token, and
     -- each message of one call gets its own. A function of the row's column, not a volatile
-    -- call: Citus evaluates a volatile function of an UPDATE once for every row.
+    -- call: Citus evaluates a volatile function of an UPDATE once, for all its rows.
     select ('x' || left(encode(sha256(p_secret || uuid_send(p_message_id)), 'hex'), 15))::bit(60)::bigint;
 $$;
 

@@ -183,15 +183,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         name="claim_token_sequential",
         guarantee="G6",
         breaks="the next claim token is the previous one plus one",
-        file="claim_locked_message.sql",
-        edits=(Edit(r"claim_token = v_token,", r"claim_token = o.claim_token + 1,", 1),),
+        file="claim_outbox.sql",
+        edits=(
+            Edit(
+                r"claim_token = keel\.claim_token_of\(v_secret, o\.message_id\),",
+                r"claim_token = o.claim_token + 1,",
+                1,
+            ),
+        ),
         caught_by="test_a_live_claim_cannot_be_guessed_by_another_relay",
     ),
     Mutation(
         name="attempts_at_claim",
         guarantee="G6",
         breaks="a claim spends an attempt as it did before migration 0034",
-        file="claim_locked_message.sql",
+        file="claim_outbox.sql",
         edits=(
             Edit(
                 r"claims = o\.claims \+ 1", r"claims = o.claims + 1, attempts = o.attempts + 1", 1

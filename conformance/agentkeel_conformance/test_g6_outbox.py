@@ -873,14 +873,23 @@ ACK_TENANT = "select * from keel.ack_tenant_outbox_messages(%s, %s::uuid[], %s::
         (CLAIM_DUE, lambda ids: [[None]], "ids are required"),
         (ACK_TENANT, lambda ids: [ids, [1] * len(ids)], "a batch holds at most"),
         (ACK_TENANT, lambda ids: [ids[:2], [1]], "as many message ids"),
+        (ACK_TENANT, lambda ids: [[[ids[0]]], [[1]]], "in arrays from 1"),
+        (ACK_TENANT, lambda ids: [[None], [1]], "must not be null"),
     ],
-    ids=["claim_over_the_limit", "claim_null_id", "acks_over_the_limit", "acks_unpaired"],
+    ids=[
+        "claim_over_the_limit",
+        "claim_null_id",
+        "acks_over_the_limit",
+        "acks_unpaired",
+        "acks_two_dimensions",
+        "acks_null_id",
+    ],
 )
 def test_the_per_tenant_steps_check_their_arguments(tenant, relay, call, args, problem):
     """keel.claim_due_messages and keel.ack_tenant_outbox_messages (the relay's per-tenant
-    steps) take 1 to settings.max_batch_items messages, none of them null, and the acks as
-    many tokens as messages: anything else is invalid_argument (22K01), before a message is
-    touched.
+    steps) take at most settings.max_batch_items messages, none of them null, and the acks
+    as many tokens as messages, in arrays from 1: anything else is invalid_argument
+    (22K01), before a message is touched.
     No mutation: the generated mutants disable each check (tests/test_mutants.py)."""
     conn = relay().conn
     [(most,)] = conn.execute("select keel.max_batch_items()").fetchall()

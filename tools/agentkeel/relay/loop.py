@@ -56,6 +56,7 @@ from agentkeel.relay.sinks import RELEASE, Message, Outcome, Sink
 T = TypeVar("T")
 CHANNEL = "keel_outbox"
 CLAIM_LOST = "55K08"
+MESSAGE_GONE = "42K08"  # message_not_found: an owner deleted the message meanwhile
 
 
 def default_name() -> str:
@@ -820,7 +821,7 @@ class Relay:
                 await self._settle_one(message, outcome)
             self.failpoints.hit("after_ack", batch)
 
-    def _claim_lost(self, message: Message, outcome: str, sqlstate: str = CLAIM_LOST) -> None:
+    def _claim_lost(self, message: Message, outcome: str, sqlstate: str | None) -> None:
         """A report the database refused: the claim was lost (55K08), or the message is
         gone (42K08, an owner deleted it meanwhile)."""
         self.stats.claims_lost += 1
@@ -868,9 +869,9 @@ class Relay:
                     else:
                         self.stats.retried += 1
         except psycopg.Error as error:
-            if error.sqlstate != CLAIM_LOST:
+            if error.sqlstate not in (CLAIM_LOST, MESSAGE_GONE):
                 raise
-            self._claim_lost(message, outcome.kind)
+            self._claim_lost(message, outcome.kind, error.sqlstate)
 
 
 async def run(config: Config, sink: Sink, failpoints: Failpoints | None = None) -> Stats:
