@@ -81,12 +81,10 @@ begin
     if cardinality(v_due) >= 1 then
         v_share := ceil((p_limit / 2)::numeric / cardinality(v_due));
         for i in 1 .. cardinality(v_due) loop
-            select
-                array_agg(c.message_id order by c.available_at, c.created_at, c.position),
-                array_agg(c.message_key order by c.available_at, c.created_at, c.position)
-            into v_ids, v_keys
+            select array_agg(c.message_id order by c.available_at, c.created_at, c.position)
+            into v_ids
             from (
-                select o.message_id, o.message_key, o.available_at, o.created_at, o.position
+                select o.message_id, o.available_at, o.created_at, o.position
                 from keel.outbox as o
                 where o.tenant_id = v_due[i]
                     and o.state = 'pending'
@@ -99,7 +97,8 @@ begin
             -- The shares, rounded up, may add up to a few more than the batch.
             v_ids := v_ids[1:p_limit - v_claimed];
             continue when coalesce(cardinality(v_ids), 0) = 0;
-            -- One call on the tenant's node claims what is still claimable of its share.
+            -- One call on the tenant's node claims what is still claimable of its share
+            -- (at most one message of a key: the call checks each against the others).
             for v_message in
                 select c.*
                 from keel.claim_due_messages(v_due[i], v_ids, p_relay, p_lease, p_topic_prefix) as c

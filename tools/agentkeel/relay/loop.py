@@ -783,8 +783,8 @@ class Relay:
         self, messages: Sequence[Message], outcomes: Sequence[Outcome], batch: int
     ) -> None:
         """Ack, nack and release the batch in one transaction. Two acks or more are one
-        call (keel.ack_outbox_messages: one UPDATE on PostgreSQL, each on its tenant's node
-        on Citus), which refuses an item whose claim was lost and acks the others; nacks,
+        call (keel.ack_outbox_messages: one UPDATE per tenant of the batch, on the tenant's
+        node on Citus), which refuses an item whose claim was lost and acks the others; nacks,
         releases and a single ack go one by one, each in a savepoint, so a lost one does
         not undo the others."""
         assert self.conn is not None
