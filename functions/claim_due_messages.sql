@@ -27,7 +27,7 @@ declare
     v_row record;
     v_ids uuid[] := '{}';
     v_dying uuid[] := '{}';
-    v_message keel.outbox;
+    v_dead uuid;
 begin
     if p_tenant_id is null or p_message_ids is null or array_position(p_message_ids, null) is not null then
         raise exception using errcode = '22K01', message = 'tenant id and message ids are required';
@@ -64,9 +64,9 @@ begin
             v_ids := v_ids || v_row.message_id;
         end if;
     end loop;
-    foreach v_message.message_id in array v_dying loop
+    foreach v_dead in array v_dying loop
         -- Dead instead of claimed; it makes its key's next message claimable.
-        perform keel.claim_locked_message(p_tenant_id, v_message.message_id, p_relay, v_now, v_expires);
+        perform keel.claim_locked_message(p_tenant_id, v_dead, p_relay, v_now, v_expires);
     end loop;
     -- The claims, in one statement (the form of keel.claim_locked_message): one tenant, so
     -- on Citus it runs on the tenant's shard; the token is a function of the row's id

@@ -225,7 +225,7 @@ begin
         end loop;
         for i in 1 .. coalesce(array_length(v_dying_ids, 1), 0) loop
             -- Dead instead of claimed; it makes its key's next message claimable.
-            v_message := keel.claim_locked_message(
+            perform keel.claim_locked_message(
                 v_dying_tenants[i], v_dying_ids[i], p_relay, v_now, v_expires
             );
             v_deaths := v_deaths + 1;
