@@ -1,4 +1,5 @@
 -- Outbox delivery (G6): the sink confirmed a message; it is delivered.
+-- agentkeel:requires functions/count_pending_messages.sql
 -- agentkeel:allow citus.require_tenant (keel_relay works across tenants and has no tenant context: the claim token, checked by keel.assert_outbox_claim, is its credential for this one message)
 -- agentkeel:allow citus.set_local_autocommit (in autocommit on Citus the delivery flag does not reach the shard: the lookup sees no row and raises message_not_found, never a silent success)
 -- agentkeel:allow citus.definer_result (returns void by contract: the relay reads nothing back, and a failed fence raises)
@@ -34,6 +35,7 @@ begin
         state = 'delivered',
         delivered_at = v_now
     where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
+    perform keel.count_pending_messages(p_tenant_id, -1);
     -- The next message of its key, if held, may be claimed now.
     perform keel.promote_outbox_head(p_tenant_id, v_message.message_key);
     set local keel.outbox_delivery = off;

@@ -49,7 +49,10 @@ begin
             array_agg(c.message_id order by c.n) as ids, array_agg(c.token order by c.n) as tokens
         from unnest(v_tenants, v_ids, v_tokens) with ordinality as c (tenant_id, message_id, token, n)
         group by c.tenant_id
-        order by min(c.n)
+        -- In tenant order: each tenant's step updates a slot of its pending-message
+        -- counter (keel.count_pending_messages), and two relays whose backends share a
+        -- slot take those row locks in one order, never in a cycle.
+        order by c.tenant_id
     loop
         -- Called in FROM, so on Citus it is delegated to the tenant's node.
         for v_outcome in

@@ -6,6 +6,7 @@
 -- agentkeel:allow citus.require_tenant (keel_relay works across tenants and has no tenant context: each item's claim token is its credential for that message, as in keel.ack_outbox)
 -- agentkeel:allow citus.set_local_autocommit (on Citus this runs on the worker that holds the tenant, where the flag is set and read locally)
 -- agentkeel:requires functions/ack_outbox.sql
+-- agentkeel:requires functions/count_pending_messages.sql
 create or replace function keel.ack_tenant_outbox_messages(
     p_tenant_id uuid,
     p_message_ids uuid[],
@@ -26,6 +27,7 @@ declare
     v_count integer := coalesce(cardinality(p_message_ids), 0);
     v_row record;
     v_acked boolean[] := array_fill(false, array[coalesce(cardinality(p_message_ids), 0)]);
+    v_delivered integer := 0;
 begin
     -- Item i is p_message_ids[i] and p_claim_tokens[i], from 1 (checked first:
     -- array_position refuses an array of more than one dimension).
@@ -64,9 +66,13 @@ begin
         returning o.message_id, o.message_key
     loop
         v_acked[array_position(p_message_ids, v_row.message_id)] := true;
+        v_delivered := v_delivered + 1;
         -- The next message of its key, if held, may be claimed now.
         perform keel.promote_outbox_head(p_tenant_id, v_row.message_key);
     end loop;
+    if v_delivered > 0 then
+        perform keel.count_pending_messages(p_tenant_id, -v_delivered);
+    end if;
     for i in 1 .. v_count loop
         message_id := p_message_ids[i];
         refused_sqlstate := null;

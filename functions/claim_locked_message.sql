@@ -43,6 +43,9 @@ begin
             claimed_by = p_relay,
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id;
+        if v_message.state = 'pending' then
+            perform keel.count_pending_messages(p_tenant_id, -1);
+        end if;
         perform keel.promote_outbox_head(p_tenant_id, v_message.message_key);
         return null;
     end if;

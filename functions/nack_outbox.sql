@@ -1,4 +1,5 @@
 -- Outbox delivery (G6): a delivery attempt failed; back off, or give up.
+-- agentkeel:requires functions/count_pending_messages.sql
 -- agentkeel:allow citus.require_tenant (keel_relay works across tenants and has no tenant context: the claim token, checked by keel.assert_outbox_claim, is its credential for this one message)
 -- agentkeel:allow citus.set_local_autocommit (in autocommit on Citus the delivery flag does not reach the shard: the lookup sees no row and raises message_not_found, never a silent success)
 create or replace function keel.nack_outbox(
@@ -38,6 +39,7 @@ begin
             last_error = v_error
         where o.tenant_id = p_tenant_id and o.message_id = p_message_id
         returning o.* into v_message;
+        perform keel.count_pending_messages(p_tenant_id, -1);
         perform keel.promote_outbox_head(p_tenant_id, v_message.message_key);
     else
         v_available := v_now + keel.outbox_backoff(v_message.attempts + 1);

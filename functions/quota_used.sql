@@ -17,18 +17,7 @@ declare
     v_used bigint;
 begin
     if p_setting = 'max_tenant_pending_messages' then
-        -- Two partial indexes, the claimable messages and the held ones, hold them all.
-        select count(*) into v_used
-        from (
-            select 1
-            from keel.outbox as o
-            where o.tenant_id = p_tenant_id and o.state = 'pending' and not o.held
-            union all
-            select 1
-            from keel.outbox as o
-            where o.tenant_id = p_tenant_id and o.state = 'pending' and o.held
-            limit p_max
-        ) as u;
+        select t.pending into v_used from keel.pending_message_tally(p_tenant_id, p_max) as t;
     elsif p_setting = 'max_task_checkpoints' then
         select count(*) into v_used
         from (

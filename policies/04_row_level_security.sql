@@ -69,6 +69,14 @@ create policy tenant_quotas_delivery_read on keel.tenant_quotas
 for select to keel_owner
 using (current_setting('keel.outbox_delivery', true) = 'on');
 
+-- The relay's acks, deaths and replays keep the tenant's count of pending messages
+-- (keel.count_pending_messages) the same way, with the delivery flag on.
+drop policy if exists pending_message_counts_delivery on keel.pending_message_counts;
+create policy pending_message_counts_delivery on keel.pending_message_counts
+for all to keel_owner
+using (current_setting('keel.outbox_delivery', true) = 'on')
+with check (current_setting('keel.outbox_delivery', true) = 'on');
+
 drop policy if exists outbox_delivery_write on keel.outbox;
 create policy outbox_delivery_write on keel.outbox
 for update to keel_owner

@@ -519,6 +519,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         caught_by="test_a_batch_of_acks_acks_each_current_claim_and_refuses_the_rest_alone",
     ),
     Mutation(
+        name="pending_count_never_recounted",
+        guarantee="G9",
+        breaks="the pending-message quota trusts its counter where a count would decide",
+        file="count_pending_messages.sql",
+        edits=(
+            Edit(r"if not v_based or v_held \+ p_delta > p_max then", "if not v_based then", 1),
+        ),
+        caught_by="test_the_pending_message_quota_counts_again_what_the_owner_removed_by_hand",
+    ),
+    Mutation(
         name="session_terminal_overwritten",
         guarantee="G3",
         breaks="a running step update replaces a finished one",

@@ -347,6 +347,35 @@ def test_a_tenant_writes_pending_messages_up_to_its_own_quota_and_then_none(
     keel.transition_task(a, task.task_id, 1, "running", outbox=[{"topic": "quota"}])
 
 
+def test_the_pending_message_quota_counts_again_what_the_owner_removed_by_hand(
+    connect, keel, make_tenant, workflow
+):
+    """A tenant's pending messages are kept on a counter as they are written and settled
+    (keel.pending_message_counts), and counted again whenever the counter would refuse a
+    write. With a limit of 3 and 3 pending, the owner deletes two of them by hand (no
+    function takes them off the counter); a transition with 2 more is then accepted, and
+    one with 1 more after it is refused with quota_exceeded (54K01).
+    Mutation: pending_count_never_recounted."""
+    tenant = make_tenant()
+    owner = connect(owner=True)
+    set_quota(owner, tenant, "max_tenant_pending_messages", 3)
+
+    def transition(messages: int) -> None:
+        task = keel.create_task(tenant, workflow.name, workflow.version)
+        keel.transition_task(
+            tenant, task.task_id, 1, "running", outbox=[{"topic": "quota"}] * messages
+        )
+
+    transition(3)
+    with in_tenant(owner, tenant):
+        owner.execute("delete from keel.outbox where tenant_id = %s and position <= 2", (tenant,))
+    transition(2)
+    with pytest.raises(QuotaExceeded) as info:
+        transition(1)
+    assert info.value.sqlstate == "54K01"
+    set_quota(owner, tenant, "max_tenant_pending_messages", None)
+
+
 def test_a_task_saves_checkpoints_and_opens_step_attempts_up_to_its_quota(
     connect, keel, tenant, new_task
 ):
