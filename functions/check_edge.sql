@@ -1,6 +1,7 @@
 -- Guarded transitions (G3): is state -> p_to_state an edge of the task's workflow version?
--- The one place a transition's edge is looked up; it also says whether the edge ends the
--- task (its target is terminal, keel.workflow_states).
+-- The edge is looked up by keel.edge_terminal, which also says whether it ends the task
+-- (its target is terminal, keel.workflow_states).
+-- agentkeel:requires functions/edge_terminal.sql
 create or replace function keel.check_edge(p_task keel.tasks, p_to_state text)
 returns boolean
 language plpgsql
@@ -10,17 +11,10 @@ as $$
 declare
     v_terminal boolean;
 begin
-    select s.terminal into v_terminal
-    from keel.workflow_transitions as w
-    inner join keel.workflow_states as s
-        on s.workflow = w.workflow
-        and s.workflow_version = w.workflow_version
-        and s.state = w.to_state
-    where w.workflow = p_task.workflow
-        and w.workflow_version = p_task.workflow_version
-        and w.from_state = p_task.state
-        and w.to_state = p_to_state;
-    if not found then
+    v_terminal := keel.edge_terminal(
+        p_task.workflow, p_task.workflow_version, p_task.state, p_to_state
+    );
+    if v_terminal is null then
         raise exception using
             errcode = '55K02',
             message = format('illegal transition %s -> %s', p_task.state, p_to_state),

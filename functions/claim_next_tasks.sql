@@ -1,4 +1,5 @@
 -- Leases with fencing (G5): claim the next due tasks of any tenant, up to a limit.
+-- agentkeel:requires functions/claim_locked_tasks.sql
 -- agentkeel:allow citus.tenant_filter (the one cross-tenant claim, replaced on Citus)
 -- The one cross-tenant claim, and its fairness: a single FOR UPDATE SKIP LOCKED over the
 -- due index, oldest wake_at first. A row another transaction has locked is skipped, never
@@ -31,14 +32,16 @@ set search_path = pg_catalog, pg_temp
 set plan_cache_mode = force_generic_plan
 set enable_sort = off
 set enable_seqscan = off
+-- Those settings price a sort or a scan at 10^10, which would put every statement over
+-- jit_above_cost: compiling it (tens of ms) would cost more than the claim.
+set jit = off
 as $$
 declare
     v_now timestamptz := clock_timestamp();
     v_expires timestamptz;
     v_tenant_ids uuid[];
     v_task_ids uuid[];
-    v_task keel.tasks;
-    v_tenant uuid;
+    v_run record;
     v_tenants integer := 0;
     v_max_recoveries integer;
     v_context uuid := keel.current_tenant();
@@ -74,17 +77,34 @@ begin
         return;  -- nothing due, or every due task is locked by someone else
     end if;
 
-    -- Each lease in the context of its task's tenant (the update's row-level security).
-    for i in 1 .. array_length(v_task_ids, 1) loop
-        if v_tenant_ids[i] is distinct from v_tenant then
-            v_tenant := v_tenant_ids[i];
-            v_tenants := v_tenants + 1;
-            perform keel.set_tenant_context(v_tenant);
-        end if;
-        select t.* into v_task  -- locked above by this transaction
-        from keel.tasks as t
-        where t.tenant_id = v_tenant and t.task_id = v_task_ids[i];
-        return next keel.claim_locked_task(v_task, p_owner, v_now, v_expires);
+    -- The leases, oldest first: one statement (keel.claim_locked_tasks) per run of tasks of
+    -- one tenant in that order (one run when one tenant holds them all, as in every claim
+    -- of one task), each in its tenant's context (the update's row-level security).
+    if v_tenant_ids[1] = all(v_tenant_ids) then
+        v_tenants := 1;
+        perform keel.set_tenant_context(v_tenant_ids[1]);
+        return query
+        select c.*
+        from keel.claim_locked_tasks(v_tenant_ids[1], v_task_ids, p_owner, v_now, v_expires) as c
+        order by array_position(v_task_ids, c.task_id);
+        return;
+    end if;
+    v_tenants := (select count(distinct c.tenant_id) from unnest(v_tenant_ids) as c (tenant_id));
+    for v_run in
+        select r.tenant_id, array_agg(r.task_id order by r.n) as task_ids
+        from (
+            select c.tenant_id, c.task_id, c.n,
+                c.n - row_number() over (partition by c.tenant_id order by c.n) as run
+            from unnest(v_tenant_ids, v_task_ids) with ordinality as c (tenant_id, task_id, n)
+        ) as r
+        group by r.tenant_id, r.run
+        order by min(r.n)
+    loop
+        perform keel.set_tenant_context(v_run.tenant_id);
+        return query
+        select c.*
+        from keel.claim_locked_tasks(v_run.tenant_id, v_run.task_ids, p_owner, v_now, v_expires) as c
+        order by array_position(v_run.task_ids, c.task_id);
     end loop;
     if v_tenants > 1 then
         -- Tasks of several tenants: the transaction acts for none of them from now on

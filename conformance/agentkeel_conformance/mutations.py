@@ -354,12 +354,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         name="actor_from_caller",
         guarantee="G3",
         breaks="the event records what the caller claims",
-        file="append_event.sql",
+        file="append_events.sql",
         edits=(
             Edit(
-                r"session_user, p_claimed_actor,",
-                r"coalesce(p_claimed_actor, current_user), p_claimed_actor,",
-                1,
+                r"session_user, (p_claimed_actors\[1\]|e\.claimed_actor),",
+                r"coalesce(\1, current_user), \1,",
+                2,
             ),
         ),
         caught_by="test_events_name_the_login_and_keep_the_callers_label_apart",
@@ -376,10 +376,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         name="takeovers_uncounted",
         guarantee="G5",
         breaks="a claim of an expired lease does not count as a recovery",
-        file="claim_locked_task.sql",
-        edits=(
-            Edit(r"\+ \(case when p_task\.lease_owner is not null then 1 else 0 end\)", r"+ 0", 1),
-        ),
+        file="claim_locked_tasks.sql",
+        edits=(Edit(r"\+ \(case when t\.lease_owner is not null then 1 else 0 end\)", r"+ 0", 1),),
         caught_by="test_takeovers_by_claims_count_and_end_in_exhaustion",
     ),
     Mutation(
@@ -527,6 +525,14 @@ MUTATIONS: tuple[Mutation, ...] = (
             Edit(r"if not v_based or v_held \+ p_delta > p_max then", "if not v_based then", 1),
         ),
         caught_by="test_the_pending_message_quota_counts_again_what_the_owner_removed_by_hand",
+    ),
+    Mutation(
+        name="batch_lease_unchecked",
+        guarantee="G3",
+        breaks="a batch writes a plain item whatever fencing token it presents",
+        file="transition_tasks.sql",
+        edits=(Edit(r"\s+or v_task\.fencing_token <> v_tokens\[v_at\]", "", 1),),
+        caught_by="test_a_batch_decides_every_item_as_the_single_calls_would",
     ),
     Mutation(
         name="session_terminal_overwritten",

@@ -4,14 +4,24 @@ success writes exactly one event with the next sequence number in the same trans
 from __future__ import annotations
 
 import itertools
+import random
 import uuid
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from agentkeel.client import Keel
-from agentkeel.errors import IllegalTransition, InvalidArgument, StaleState, TaskNotClaimable
+from agentkeel.errors import (
+    IllegalTransition,
+    InvalidArgument,
+    KeelError,
+    StaleState,
+    TaskNotClaimable,
+)
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot
+from agentkeel_conformance.fixtures import EDGES
+from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot, wait_for
 
 pytestmark = pytest.mark.guarantee("G3")
 
@@ -393,3 +403,186 @@ def test_a_missing_task_is_refused_before_its_payload_is_read(keel, tenant):
     )
     assert outcome.refused is not None
     assert outcome.refused.sqlstate == "42K04", outcome.refused
+
+
+# The states of the suite's workflow, and how a task reaches each from queued.
+PATHS = {
+    "queued": [],
+    "running": ["running"],
+    "waiting": ["running", "waiting"],
+    "done": ["running", "done"],
+}
+TARGETS = ("queued", "running", "waiting", "done", "failed", "cancelled", "nowhere")
+
+
+def batch_setup(
+    keel: Keel, tenant: uuid.UUID, workflow: Any, plan: list[tuple[str, str]]
+) -> list[Any]:
+    """A task per (state, lease) of the plan: moved to the state, then claimed (a live
+    lease), claimed for 50 ms (expired soon), claimed and released (an old token, no
+    lease) or left alone."""
+    tasks = []
+    for state, lease in plan:
+        task = keel.create_task(tenant, workflow.name, workflow.version)
+        for to_state in PATHS[state]:
+            task = keel.transition_task(tenant, task.task_id, task.state_version, to_state)
+        if lease != "none" and state != "done":
+            duration = timedelta(milliseconds=50) if lease == "expired" else None
+            task = keel.claim_lease(tenant, task.task_id, "batch-holder", duration)
+            if lease == "released":
+                task = keel.release_lease(tenant, task.task_id, task.fencing_token)
+        tasks.append(task)
+    return tasks
+
+
+def batch_items(rng: random.Random, tasks: list[Any]) -> list[dict[str, Any]]:
+    """Items over the tasks (a task may be named twice): mostly what a worker sends to
+    finish what it claimed (a legal edge, the right version and token), and each of those
+    wrong now and then; some with fields that only the single call writes."""
+    slots = [n for n in range(len(tasks)) if rng.random() < 0.9]
+    slots += rng.sample(range(len(tasks)), 2) if rng.random() < 0.3 else []
+    rng.shuffle(slots)
+    items = []
+    for slot in slots:
+        task = tasks[slot]
+        legal = [to for source, to in EDGES if source == task.state]
+        item: dict[str, Any] = {
+            "slot": slot,
+            "expected_version": task.state_version - (1 if rng.random() < 0.15 else 0),
+            "to_state": rng.choice(legal) if legal and rng.random() < 0.75 else rng.choice(TARGETS),
+        }
+        leased = task.lease_owner is not None
+        token = rng.choices(["right", "none", "wrong"], [70, 15, 15] if leased else [15, 70, 15])[0]
+        if token == "right" and task.fencing_token > 0:
+            item["fencing_token"] = task.fencing_token
+        elif token == "wrong":
+            item["fencing_token"] = task.fencing_token + 7
+        for field, value, chance in (
+            ("current_step", f"step-{rng.randrange(3)}", 0.2),
+            ("actor", "batcher", 0.2),
+            ("event_type", "moved.by_batch", 0.2),
+            ("policy_version", "p-2", 0.2),
+            ("release_lease", rng.random() < 0.5, 0.3),
+            ("payload", {"n": rng.randrange(9)}, 0.08),
+            ("outbox", [{"topic": "batch.diff"}], 0.08),
+        ):
+            if rng.random() < chance:
+                item[field] = value
+        items.append(item)
+    return items
+
+
+def batch_shape(keel: Keel, tenant: uuid.UUID, task: Any) -> tuple[Any, ...]:
+    """What a task and its history are, apart from ids and times."""
+    row = keel.get_task(tenant, task.task_id)
+    assert row is not None
+    wake = (
+        "none" if row.wake_at is None
+        else "lease" if row.wake_at == row.lease_expires_at
+        else "due" if row.wake_at <= row.updated_at
+        else "later"
+    )  # fmt: skip
+    events = [
+        (e.seq, e.event_type, e.from_state, e.to_state, e.state_version, e.claimed_actor,
+         e.policy_version, e.fencing_token, e.payload)
+        for e in keel.task_events(tenant, task.task_id)
+    ]  # fmt: skip
+    return (
+        row.state, row.state_version, row.last_event_seq, row.current_step, row.lease_owner,
+        row.fencing_token, row.lease_expires_at is None, wake, events,
+    )  # fmt: skip
+
+
+def test_a_batch_decides_every_item_as_the_single_calls_would(keel, make_tenant, workflow):
+    """Differential: batches of random items (right and wrong versions, tokens and edges,
+    live and released leases, a task named twice, terminal targets, released leases, extra
+    fields) go to keel.transition_tasks in one tenant, and the same items one by one to
+    keel.transition_task in another tenant that holds the same tasks. Every item has the
+    same outcome (its SQLSTATE, or its new state, version and token), and every task ends
+    with the same row and the same history, apart from ids and times. The batch writes the
+    plain items that pass every check in one statement; this holds that path to the single
+    call's every decision.
+    Mutation: batch_lease_unchecked."""
+    rng = random.Random(20261205)
+    # First every case once, in the shape the batch writes together: a lease kept, ended
+    # by a terminal state, released; a wrong token, none, a stale version; no lease and no
+    # token; a released lease's old token; illegal edges. Then random batches.
+    catalog = [("running", "live")] * 6 + [
+        ("queued", "none"), ("queued", "released"), ("waiting", "live"), ("done", "none"),
+        ("running", "expired"),
+    ]  # fmt: skip
+    cases: list[tuple[str, int, str]] = [  # (token, version offset, target)
+        ("right", 0, "waiting"), ("right", 0, "done"), ("release", 0, "waiting"),
+        ("wrong", 0, "waiting"), ("none", 0, "waiting"), ("right", -1, "waiting"),
+        ("none", 0, "running"), ("right", 0, "running"), ("right", 0, "done"),
+        ("none", 0, "running"), ("right", 0, "waiting"),
+    ]  # fmt: skip
+    for round_ in range(11):
+        plan = catalog if round_ == 0 else [
+            (rng.choice(list(PATHS)), rng.choice(["none", "live", "released"])) for _ in range(10)
+        ]  # fmt: skip
+        batched_tenant, single_tenant = make_tenant(), make_tenant()
+        batched = batch_setup(keel, batched_tenant, workflow, plan)
+        single = batch_setup(keel, single_tenant, workflow, plan)
+        if round_ == 0:
+            items = [
+                {
+                    "slot": slot,
+                    "expected_version": batched[slot].state_version + offset,
+                    "to_state": target,
+                    **({"release_lease": True} if token == "release" else {}),
+                    **(
+                        {"fencing_token": batched[slot].fencing_token}
+                        if token in ("right", "release")
+                        else {"fencing_token": batched[slot].fencing_token + 7}
+                        if token == "wrong"
+                        else {}
+                    ),
+                }
+                for slot, (token, offset, target) in enumerate(cases)
+            ]
+            last = max(
+                t.lease_expires_at
+                for tasks in (batched, single)
+                for t, (_, lease) in zip(tasks, plan, strict=True)
+                if lease == "expired"
+            )
+
+            def expired(last: Any = last) -> bool:
+                row = keel.conn.execute("select now() > %s", (last,)).fetchone()
+                return row is not None and bool(row[0])
+
+            wait_for(expired, "the 50 ms leases to expire")
+        else:
+            items = batch_items(rng, batched)
+
+        def named(tasks: list[Any], item: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in item.items() if k != "slot"} | {
+                "task_id": tasks[item["slot"]].task_id
+            }
+
+        outcomes = keel.transition_tasks(batched_tenant, [named(batched, i) for i in items])
+        got = [
+            (o.refused.sqlstate, None, None, None) if o.refused is not None
+            else (None, o.state, o.state_version, o.fencing_token)
+            for o in outcomes
+        ]  # fmt: skip
+        expected: list[tuple[Any, ...]] = []
+        for item in items:
+            call = named(single, item)
+            try:
+                moved = keel.transition_task(
+                    single_tenant,
+                    call.pop("task_id"),
+                    call.pop("expected_version"),
+                    call.pop("to_state"),
+                    **call,
+                )
+                expected.append((None, moved.state, moved.state_version, moved.fencing_token))
+            except KeelError as refused:
+                expected.append((refused.sqlstate, None, None, None))
+        assert got == expected, items
+        for a, b in zip(batched, single, strict=True):
+            assert batch_shape(keel, batched_tenant, a) == batch_shape(keel, single_tenant, b), (
+                items
+            )
