@@ -34,6 +34,19 @@ def counted_and_held(dsn: str, tenant: uuid.UUID) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def limited(dsn: str, limit: int | None = None) -> tuple[Outbox, str]:
+    """A tenant to write messages with (and its own limit of pending messages, if given),
+    and a topic prefix of its own."""
+    ob = Outbox.make(dsn)
+    if limit is not None:
+        with psycopg.connect(dsn, autocommit=True) as su:
+            su.execute(
+                "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', %s)",
+                (ob.tenant, limit),
+            )
+    return ob, f"counts{uuid.uuid4().hex[:8]}."
+
+
 def in_step(dsn: str, tenant: uuid.UUID, expected: int) -> None:
     assert counted_and_held(dsn, tenant) == (expected, expected)
 
@@ -51,7 +64,7 @@ def claim(
 
 
 def every_path(dsn: str) -> None:
-    ob, prefix = Outbox.make(dsn), f"counts{uuid.uuid4().hex[:8]}."
+    ob, prefix = limited(dsn)
     ob.commit(f"{prefix}a", list(range(6)))
     in_step(dsn, ob.tenant, 6)
     with psycopg.connect(dsn, autocommit=True) as relay:
@@ -130,14 +143,10 @@ def test_on_citus_every_way_in_and_out_of_pending_keeps_the_counter_in_step(citu
 
 
 def two_recounts_at_once(dsn: str) -> None:
-    ob, prefix = Outbox.make(dsn), f"counts{uuid.uuid4().hex[:8]}."
     limit = 24
+    ob, prefix = limited(dsn, limit)
+    ob.commit(f"{prefix}w", list(range(limit)))
     with psycopg.connect(dsn, autocommit=True) as su:
-        su.execute(
-            "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', %s)",
-            (ob.tenant, limit),
-        )
-        ob.commit(f"{prefix}w", list(range(limit)))
         su.execute(
             "delete from keel.outbox where tenant_id = %s and position <= %s",
             (ob.tenant, limit // 2),
@@ -176,13 +185,8 @@ def test_on_citus_two_recounts_at_once_fold_the_error_once(citus_keel):
 
 
 def racing_writers_and_a_relay(dsn: str) -> None:
-    ob, prefix = Outbox.make(dsn), f"counts{uuid.uuid4().hex[:8]}."
     limit = 24
-    with psycopg.connect(dsn, autocommit=True) as su:
-        su.execute(
-            "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', %s)",
-            (ob.tenant, limit),
-        )
+    ob, prefix = limited(dsn, limit)
     # At the limit, then half of it removed by hand: the counter is 12 over, and the
     # racing writers' first recounts must fold that once, not once each.
     ob.commit(f"{prefix}w", list(range(limit)))
@@ -291,7 +295,7 @@ def test_a_tenant_that_held_messages_before_the_counter_is_counted_in_full(migra
     checks the quota counts what it holds and makes its base. Five messages pending, the
     counter's rows removed (an install upgraded to 0047), a limit of 6: one more is
     accepted, the counter then holds 6, and the next is refused."""
-    ob, prefix = Outbox.make(migrated_db), f"counts{uuid.uuid4().hex[:8]}."
+    ob, prefix = limited(migrated_db)
     ob.commit(f"{prefix}old", list(range(5)))
     with psycopg.connect(migrated_db, autocommit=True) as su:
         su.execute("delete from keel.pending_message_counts where tenant_id = %s", (ob.tenant,))
@@ -313,11 +317,7 @@ def test_serializable_writers_that_would_pass_the_limit_together_fail_one_with_4
     within the limit but together pass it cannot both commit; one fails with 40001. A
     limit of 4, two open transactions writing 3 each: one commits, the other fails with
     serialization_failure, and the counter holds 3."""
-    ob, prefix = Outbox.make(migrated_db), f"counts{uuid.uuid4().hex[:8]}."
-    with psycopg.connect(migrated_db, autocommit=True) as su:
-        su.execute(
-            "select keel.set_tenant_quota(%s, 'max_tenant_pending_messages', 4)", (ob.tenant,)
-        )
+    ob, prefix = limited(migrated_db, 4)
     outbox = [{"topic": f"{prefix}s"}] * 3
     failures: list[str] = []
     with (
@@ -344,7 +344,7 @@ def test_serializable_writers_that_would_pass_the_limit_together_fail_one_with_4
 
 
 def no_writer_waits_for_a_held_slot(dsn: str) -> None:
-    ob, prefix = Outbox.make(dsn), f"counts{uuid.uuid4().hex[:8]}."
+    ob, prefix = limited(dsn)
     for _ in range(3):
         ob.commit(f"{prefix}w", [1, 2])
     with psycopg.connect(dsn, autocommit=True) as holder, holder.transaction():
