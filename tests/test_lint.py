@@ -231,6 +231,15 @@ FAILING = {
         "citus.insert_select",
         "not filtered by one tenant_id",
     ),
+    "citus.array_element_in_set": (
+        "functions/bad.sql",
+        "create function keel.bad(p_tenant_id uuid, p_ids uuid[], p_notes text[]) returns void"
+        " language plpgsql as $$ begin update keel.things as t"
+        " set note = p_notes[array_position(p_ids, t.thing_id)]"
+        " where t.tenant_id = p_tenant_id and t.thing_id = any(p_ids); end $$;",
+        "citus.array_element_in_set",
+        "takes an array element in its SET",
+    ),
     "citus.insert_select: in a migration, without FROM": (
         "schema/0002_bad.sql",
         "insert into keel.things (tenant_id, thing_id) select keel.uuid_v7(), keel.uuid_v7();",

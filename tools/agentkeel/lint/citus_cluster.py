@@ -21,6 +21,10 @@
   point) and in any function no linted function calls; a helper called by other functions
   passes. A flagged function must work in autocommit or refuse there, and says how in a
   waiver.
+- 32 `citus.array_element_in_set`: an UPDATE of a tenant table whose SET takes an array
+  element (v_states[i], p_ids[array_position(...)]): a Citus 13.2 worker crashed on one
+  (signal 11) inside a delegated function, restarting the node for every tenant. Put the
+  value in a plain variable first, or group the rows by value and update each group.
 - 14 (worker side) `citus.require_tenant`: every SECURITY DEFINER function that takes
   p_tenant_id calls keel.require_tenant(p_tenant_id) before it reads or writes a table or
   calls another keel function. require_tenant verifies the caller's context and sets the
@@ -62,6 +66,7 @@ def check_cluster(files: list[SqlFile], known: dict[str, Table]) -> Iterator[Fin
     for f, body in bodies:
         for statement in body.statements:
             yield from _insert_select(f, statement, body.variables, known)
+            yield from _array_element_in_set(f, statement, known)
         yield from _definer_result(f, body, tenant_names)
         if f.name.startswith("functions/"):
             yield from _delegation(f, body, known)
@@ -167,6 +172,46 @@ def _insert_select(
         yield _insert_select_finding(
             f, statement.line, table.name, "tenant tables not filtered by one tenant_id"
         )
+
+
+def _array_element_in_set(
+    f: SqlFile, statement: BodyStatement, known: dict[str, Table]
+) -> Iterator[Finding]:
+    if "citus.array_element_in_set" in f.allowed:
+        return
+    node = statement.node
+    if node is None:  # the regex fallback
+        text = statement.sql.lower()
+        target = re.match(r"\s*update\s+([\w.]+)", text)
+        table = known.get(target.group(1)) if target else None
+        head = re.split(r"\bwhere\b", text, maxsplit=1)[0]
+        if table is not None and table.tenant and re.search(r"\bset\b[\s\S]*\w\[", head):
+            yield _array_element_finding(f, statement.line, table.name)
+        return
+    if kind(node) != "UpdateStmt":
+        return
+    table = known.get(qualified(node.relation))
+    if table is None or not table.tenant:
+        return
+    for target in node.targetList or ():
+        if any(
+            kind(n) == "A_Indirection" and any(kind(i) == "A_Indices" for i in n.indirection)
+            for n in walk(target.val)
+        ):
+            yield _array_element_finding(f, statement.line, table.name)
+            return
+
+
+def _array_element_finding(f: SqlFile, line: int, table: str) -> Finding:
+    return Finding(
+        f.name,
+        line,
+        "citus.array_element_in_set",
+        f"UPDATE of {table} takes an array element in its SET: a Citus 13.2 worker crashed"
+        " on one (signal 11), restarting the node",
+        "put the value in a plain variable first, or update each group of rows that take"
+        " one value (keel.transition_tasks)",
+    )
 
 
 def _insert_select_finding(f: SqlFile, line: int, table: str, source: str) -> Finding:
