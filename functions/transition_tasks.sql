@@ -166,16 +166,19 @@ begin
         v_set_from := '{}';
         v_set_terminal := '{}';
         v_set_keep := '{}';
-        -- Their tasks locked in one statement, in task order (two batches meet in one
-        -- order), and the checks of keel.transition_task on each locked row: the lease
-        -- (keel.assert_lease), the version, the edge (keel.edge_terminal). An item that
-        -- fails one goes the single way below, which refuses it for that reason.
+        -- Their tasks locked in one statement, skipping those another transaction holds
+        -- (their items go the single way below, which waits for each, or times out, as the
+        -- single call does, item by item), and the checks of keel.transition_task on each
+        -- locked row, as of now: the lease (keel.assert_lease), the version, the edge
+        -- (keel.edge_terminal). An item that fails one goes the single way too, which
+        -- refuses it for that reason.
+        v_now := clock_timestamp();
         for v_task in
             select t.*
             from keel.tasks as t
             where t.tenant_id = p_tenant_id and t.task_id = any(v_plain_ids)
             order by t.task_id
-            for update
+            for update skip locked
         loop
             -- The item's place: plain items name a task no other item names.
             v_at := array_position(v_ids, v_task.task_id);

@@ -5,6 +5,7 @@ and the quota check reads the counter, not the messages."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -372,3 +373,38 @@ def test_a_writer_takes_a_free_slot_when_every_slot_is_held(migrated_db):
 def test_on_citus_a_writer_takes_a_free_slot_when_every_slot_is_held(citus_keel):
     """no_writer_waits_for_a_held_slot on the Citus cluster."""
     no_writer_waits_for_a_held_slot(citus_keel)
+
+
+def open_writers_make_no_other_wait(dsn: str) -> None:
+    ob, prefix = limited(dsn)
+    with psycopg.connect(dsn, autocommit=True) as su:
+        slots = su.execute(
+            "select count(*) from keel.pending_message_counts where tenant_id = %s", (ob.tenant,)
+        ).fetchone()
+    assert slots == (17,)  # the base and 16 slots, made with the tenant
+    with contextlib.ExitStack() as stack:
+        for n in range(6):  # writers that keep their transactions open
+            conn = stack.enter_context(psycopg.connect(dsn, autocommit=True))
+            stack.enter_context(conn.transaction())
+            ob.commit(f"{prefix}open", [n], conn=conn)
+        for n in range(12):  # each would wait for a slot an open one holds, if it could
+            with psycopg.connect(dsn, autocommit=True) as writer:
+                writer.execute("set lock_timeout = '2s'")
+                ob.commit(f"{prefix}w", [n], conn=writer)
+    in_step(dsn, ob.tenant, 18)
+
+
+def test_writers_that_keep_their_transactions_open_make_no_other_writer_wait(migrated_db):
+    """A new tenant has its counter's base and 16 slots. Six writers keep their
+    transactions open after writing a message; twelve more write one each, with a lock
+    timeout, and none waits (whatever their backends' numbers). Fails on a counter whose
+    writer makes its slot when the tenant's first writes come (two backends with one
+    number meet on it)."""
+    open_writers_make_no_other_wait(migrated_db)
+
+
+def test_on_citus_writers_that_keep_their_transactions_open_make_no_other_writer_wait(
+    citus_keel,
+):
+    """open_writers_make_no_other_wait on the Citus cluster."""
+    open_writers_make_no_other_wait(citus_keel)

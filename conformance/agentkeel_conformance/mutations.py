@@ -535,6 +535,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         caught_by="test_a_batch_decides_every_item_as_the_single_calls_would",
     ),
     Mutation(
+        name="batch_lock_waits",
+        guarantee="G3",
+        breaks="a batch waits for a held task in one statement, and fails whole on its timeout",
+        file="transition_tasks.sql",
+        edits=(Edit(r"for update skip locked", "for update", 1),),
+        caught_by="test_a_task_another_transaction_holds_refuses_only_its_item",
+    ),
+    Mutation(
         name="session_terminal_overwritten",
         guarantee="G3",
         breaks="a running step update replaces a finished one",

@@ -4,6 +4,7 @@ success writes exactly one event with the next sequence number in the same trans
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import uuid
 from datetime import timedelta
@@ -295,6 +296,38 @@ def test_a_batch_keeps_each_items_guarantees_and_isolates_its_refusals(keel, ten
             "select topic from keel.outbox where tenant_id = %s", (tenant,)
         ).fetchall()
     assert topics == [("batch.moved",)]
+
+
+def test_a_task_another_transaction_holds_refuses_only_its_item(keel, connect, tenant, new_task):
+    """A transaction holds one task's row (it moved the task and has not committed). A
+    batch that names that task and another, with a lock timeout of its own, gets the held
+    item refused with lock_not_available (55P03), as the single call would be, and the
+    other item moved: the batch does not fail whole, and waits only as the single call for
+    that item would.
+    Mutation: batch_lock_waits."""
+    held, free = new_task(), new_task()
+    holder = Keel(connect())
+    with holder.transaction(tenant):
+        holder.transition_task(tenant, held.task_id, 1, "running")
+        with keel.transaction(tenant) as conn:
+            conn.execute("set local lock_timeout = '1s'")  # SET LOCAL: Citus propagates it
+            rows = conn.execute(
+                "select item, refused_sqlstate, state from keel.transition_tasks(%s, %s::jsonb)",
+                (
+                    tenant,
+                    json.dumps(
+                        [
+                            {
+                                "task_id": str(t.task_id),
+                                "expected_version": 1,
+                                "to_state": "running",
+                            }
+                            for t in (held, free)
+                        ]
+                    ),
+                ),
+            ).fetchall()
+    assert rows == [(1, "55P03", None), (2, None, "running")]
 
 
 MALFORMED_BATCHES = {
