@@ -148,8 +148,9 @@ def relay(
     import asyncio
     from datetime import timedelta
 
+    from agentkeel.logs import configure
     from agentkeel.relay import Config, Failpoints, parse_sink, run
-    from agentkeel.relay.logs import configure
+    from agentkeel.relay.loop import LOGGER
 
     if not sink:
         fail(
@@ -177,7 +178,7 @@ def relay(
     )
     if name:
         config.name = name
-    configure(log_level)
+    configure(log_level, LOGGER)
     asyncio.run(run(config, target, failpoints))
 
 

@@ -49,10 +49,11 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from agentkeel.exitcodes import AgentkeelError, ExitCode
+from agentkeel.logs import log
 from agentkeel.relay.failpoints import Failpoints
-from agentkeel.relay.logs import LOGGER, log
 from agentkeel.relay.sinks import RELEASE, Message, Outcome, Sink
 
+LOGGER = "agentkeel.relay"
 T = TypeVar("T")
 CHANNEL = "keel_outbox"
 CLAIM_LOST = "55K08"

@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line on stderr."""
+"""The logs of the long-running commands (relay, worker) on stderr: one JSON object per line,
+or one readable line per entry."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
-
-LOGGER = "agentkeel.relay"
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,12 +28,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
-def configure(level: str) -> logging.Logger:
-    """The relay's logger, writing JSON lines to stderr at ``level``."""
-    logger = logging.getLogger(LOGGER)
+class HumanFormatter(logging.Formatter):
+    """``HH:MM:SS level event key=value ...`` for a person at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        at = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
+        parts = [at, record.levelname.lower(), record.getMessage()]
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            parts.extend(f"{k}={v}" for k, v in fields.items())
+        if record.exc_info and record.exc_info[1] is not None:
+            parts.append(f"error={type(record.exc_info[1]).__name__}: {record.exc_info[1]}")
+        return " ".join(parts)
+
+
+def configure(level: str, name: str, json_lines: bool = True) -> logging.Logger:
+    """The logger ``name``, writing to stderr at ``level``: JSON lines, or readable ones."""
+    logger = logging.getLogger(name)
     logger.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter() if json_lines else HumanFormatter())
     logger.addHandler(handler)
     logger.setLevel(level.upper())
     logger.propagate = False
