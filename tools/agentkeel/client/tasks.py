@@ -124,16 +124,29 @@ class TaskCalls(KeelBase):
             {"state": state, "after_task_id": after_task_id, "limit": limit},
         )
 
+    def task_history(
+        self,
+        tenant_id: uuid.UUID,
+        task_id: uuid.UUID,
+        *,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[TaskEvent]:
+        """One page (up to 1000) of the task's events after after_seq, in seq order."""
+        return self._call(
+            "task_history",
+            TaskEvent,
+            tenant_id,
+            {"tenant_id": tenant_id, "task_id": task_id},
+            {"after_seq": after_seq, "limit": limit},
+        )
+
     def task_events(self, tenant_id: uuid.UUID, task_id: uuid.UUID) -> list[TaskEvent]:
         """Every event of the task in seq order (read page by page)."""
         events: list[TaskEvent] = []
         while True:
-            page = self._call(
-                "task_history",
-                TaskEvent,
-                tenant_id,
-                {"tenant_id": tenant_id, "task_id": task_id},
-                {"after_seq": events[-1].seq if events else None, "limit": 1000},
+            page = self.task_history(
+                tenant_id, task_id, after_seq=events[-1].seq if events else None, limit=1000
             )
             events.extend(page)
             if len(page) < 1000:
