@@ -36,7 +36,8 @@ class ExitCode(enum.IntEnum):
         "bad usage: an unknown option, no `--dsn` / `AGENTKEEL_DSN` where a database must be "
         "named, a DSN that is not a connection string or has an option value libpq refuses "
         "before connecting (`port=abc`, `sslmode=bogus`), malformed migration files, a pytest "
-        "usage error, no test selected",
+        "usage error, no test selected, a `worker --app` that cannot be imported or names no "
+        "Registry",
     )
     REFUSED = (
         3,
@@ -44,7 +45,7 @@ class ExitCode(enum.IntEnum):
         "newer than this agentkeel, a pending file older than an applied one, no-transaction "
         "files pending through a connection pooler (`migrate status` and `plan` report each "
         "of these with this code too), a JetStream duplicate window shorter than the relay's "
-        "lease",
+        "lease, a `worker` registry whose workflow lacks the edges the worker writes",
     )
     DATABASE_ERROR = (
         4,

@@ -13,6 +13,7 @@ from agentkeel.cli import (  # noqa: F401  (importing a module registers its com
     relay,
     rounds,
     tenant,
+    worker,
 )
 from agentkeel.cli.app import main
 

@@ -1,0 +1,564 @@
+"""The worker runtime (agentkeel.worker, `agentkeel worker`) against a real database: outcomes
+as guarded transitions, retries with backoff, a worker SIGKILLed mid-step, a paused worker
+whose lease was taken over, graceful shutdown; the same flow through PgBouncer in transaction
+mode and on the Citus cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+import citus_cluster
+from agentkeel.client import Keel
+from agentkeel.client.rows import TaskEvent
+from agentkeel.worker import (
+    Config,
+    Context,
+    Fail,
+    Registry,
+    Snooze,
+    Worker,
+)
+from agentkeel.worker.attempts import backoff, runs_so_far
+from agentkeel.worker.runtime import missing_edges
+from conftest import AGENTKEEL, REPO, run_agentkeel
+
+APPS = Path(__file__).parent / "worker_apps"
+AGENT_APP = f"{APPS / 'agent_app.py'}:registry"
+EDGES = [("queued", "queued"), ("queued", "done"), ("queued", "failed")]
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 90) -> Any:
+    """Poll until condition() is truthy (a condition, not a speed: generous on a busy box)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def make_login(admin: str, *groups: str) -> str:
+    name = f"akt_worker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("create role {} login in role {}").format(
+                sql.Identifier(name), sql.SQL(", ").join(map(sql.Identifier, groups))
+            )
+        )
+    return name
+
+
+@pytest.fixture
+def worker_db(migrated_db: str) -> Iterator[str]:
+    """A migrated database and the DSN of a login in keel_app and keel_worker."""
+    name = make_login(migrated_db, "keel_app", "keel_worker")
+    try:
+        yield conninfo.make_conninfo(migrated_db, user=name)
+    finally:
+        with psycopg.connect(migrated_db, autocommit=True) as conn:
+            conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
+
+
+@dataclass(frozen=True)
+class Target:
+    login: str  # a login in keel_app and keel_worker
+    owner: str  # who defines workflows (on Citus the owner: workflows is a reference table)
+
+
+@pytest.fixture(params=["postgres", "pgbouncer", pytest.param("citus", marks=pytest.mark.citus)])
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    """Directly, through PgBouncer in transaction mode (round robin over backends), or on
+    the Citus cluster's coordinator."""
+    if request.param == "citus":
+        admin = request.getfixturevalue("citus_keel")
+        name = make_login(admin, "keel_app", "keel_worker")
+        try:
+            yield Target(conninfo.make_conninfo(admin, user=name), admin)
+        finally:
+            citus_cluster.drop_roles(request.getfixturevalue("citus_admin_dsn"), [name])
+        return
+    dsn = request.getfixturevalue("worker_db")
+    if request.param == "pgbouncer":
+        dsn = request.getfixturevalue("through_pgbouncer")(dsn, round_robin=True)
+    yield Target(dsn, dsn)
+
+
+def keel(dsn: str) -> Keel:
+    return Keel(psycopg.connect(dsn, autocommit=True, prepare_threshold=None))
+
+
+def events(dsn: str, tenant: uuid.UUID, task: uuid.UUID) -> list[TaskEvent]:
+    k = keel(dsn)
+    try:
+        return k.task_events(tenant, task)
+    finally:
+        k.conn.close()
+
+
+class Running:
+    """A Worker run in a thread of this process, stopped on exit."""
+
+    def __init__(self, dsn: str, registry: Registry, **config: Any) -> None:
+        self.worker = Worker(Config(dsn=dsn, poll_interval=0.05, **config), registry)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "the worker did not stop"
+
+
+def test_every_outcome_is_a_guarded_transition_with_its_event(target):
+    """Through each target: a handler's returned state, a retry with a growing backoff up
+    to max_attempts and then the failed state, Fail at once, a snooze that does not count
+    as an attempt, an async handler with async steps; each outcome is one event."""
+    owner = keel(target.owner)
+    workflow = f"wk_{uuid.uuid4().hex[:6]}"
+    owner.define_workflow(workflow, 1, "queued", EDGES)
+    owner.define_workflow(f"{workflow}_async", 1, "queued", EDGES)
+    owner.conn.close()
+    app = keel(target.login)
+    tenant = app.create_tenant("worker-tests").tenant_id
+    tasks = {
+        k: app.create_task(tenant, workflow, 1, metadata={"kind": k}).task_id
+        for k in ("ok", "flaky", "fail", "snooze")
+    }
+    tasks["async"] = app.create_task(tenant, f"{workflow}_async", 1).task_id
+    runs: dict[str, int] = {}
+    base = timedelta(seconds=0.2)
+    registry = Registry()
+
+    @registry.handler(workflow, max_attempts=3, backoff_base=base)
+    def handle(ctx: Context) -> str:
+        kind = ctx.metadata["kind"]
+        runs[kind] = runs.get(kind, 0) + 1
+        first = ctx.step("first", {"kind": kind}, lambda: {"ran": kind})
+        assert first == {"ran": kind}
+        if kind == "flaky":
+            raise RuntimeError(f"run {runs[kind]} failed")
+        if kind == "fail":
+            raise Fail("nothing to do")
+        if kind == "snooze" and runs[kind] == 1:
+            raise Snooze(timedelta(seconds=0.2))
+        return "done"
+
+    async def handle_async(ctx: Context) -> str:
+        answer = await ctx.step_async("model", {"q": 1}, _async_answer)
+        assert answer == {"answer": 42}
+        await asyncio.sleep(0.01)
+        return "done"
+
+    registry.handler(f"{workflow}_async")(handle_async)
+
+    ends = {"ok": "done", "flaky": "failed", "fail": "failed", "snooze": "done", "async": "done"}
+    with Running(target.login, registry, concurrency=2) as worker:
+        wait_for(
+            lambda: all(app.get_task(tenant, tasks[k]).state == ends[k] for k in ends),  # type: ignore[union-attr]
+            "the tasks to end",
+        )
+
+    flaky = events(target.login, tenant, tasks["flaky"])
+    retries = [e for e in flaky if e.event_type == "RETRY_SCHEDULED"]
+    assert [e.payload["attempt"] for e in retries] == [1, 2]  # type: ignore[index]
+    for e in retries:
+        n = e.payload["attempt"]  # type: ignore[index]
+        assert 0 <= e.payload["retry_in_seconds"] <= base.total_seconds() * 2 ** (n - 1)  # type: ignore[index]
+        assert (e.from_state, e.to_state) == ("queued", "queued")
+        # Not run again before its backoff passed: the next run's reuse event is later.
+        later = [x for x in flaky if x.seq > e.seq]
+        waited = (later[0].created_at - e.created_at).total_seconds()
+        assert waited >= e.payload["retry_in_seconds"] - 0.05  # type: ignore[index]
+    last = flaky[-1]
+    assert (last.event_type, last.to_state) == ("TASK_FAILED", "failed")
+    assert last.payload == {  # type: ignore[comparison-overlap]
+        "attempts": 3,
+        "error": {"type": "RuntimeError", "message": "run 3 failed"},
+    }
+    assert runs["flaky"] == 3
+    assert [e.event_type for e in flaky].count("STEP_RESULT_REUSED") == 2
+
+    failed = events(target.login, tenant, tasks["fail"])
+    assert [(e.event_type, e.to_state) for e in failed[1:]] == [("TASK_FAILED", "failed")]
+    assert runs["fail"] == 1
+
+    snoozed = events(target.login, tenant, tasks["snooze"])
+    assert [e.event_type for e in snoozed[1:]] == [
+        "TASK_SNOOZED",
+        "STEP_RESULT_REUSED",
+        "transition",
+    ]
+    ok = events(target.login, tenant, tasks["ok"])
+    assert [(e.event_type, e.to_state) for e in ok[1:]] == [("transition", "done")]
+    async_events = events(target.login, tenant, tasks["async"])
+    assert async_events[-1].to_state == "done"
+    assert worker.stats.refused_writes == 0 and worker.stats.errors == 0
+    app.conn.close()
+
+
+async def _async_answer() -> dict[str, int]:
+    await asyncio.sleep(0.01)
+    return {"answer": 42}
+
+
+# -- `agentkeel worker` as a process ---------------------------------------------------------
+class AgentWorld:
+    """A database with the "agent" workflow of tests/worker_apps/agent_app.py, a tenant, and
+    the worker processes a test starts (each stopped at the end)."""
+
+    def __init__(self, target: Target, calls: Path) -> None:
+        self.dsn = target.login
+        self.calls = calls
+        with psycopg.connect(target.owner, autocommit=True) as conn:
+            Keel(conn).define_workflow("agent", 1, "queued", EDGES)
+        self.app = keel(self.dsn)
+        self.tenant = self.app.create_tenant("agent-tests").tenant_id
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def task(self, block: str | None = None) -> uuid.UUID:
+        metadata = {"block": block} if block else {}
+        return self.app.create_task(self.tenant, "agent", 1, metadata=metadata).task_id
+
+    def start(self, *args: str, lease: float = 1.0) -> subprocess.Popen[str]:
+        env = {**os.environ, "AGENTKEEL_TEST_CALLS": str(self.calls)}
+        env.pop("AGENTKEEL_DSN", None)
+        process = subprocess.Popen(
+            [
+                *AGENTKEEL,
+                "worker",
+                "--dsn",
+                self.dsn,
+                "--app",
+                AGENT_APP,
+                "--lease",
+                str(lease),
+                "--poll-interval",
+                "0.05",
+                "--log-format",
+                "json",
+                *args,
+            ],
+            env=env,
+            cwd=self.calls,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def provider_calls(self, task: uuid.UUID) -> list[str]:
+        path = self.calls / f"{task}.log"
+        return path.read_text().split() if path.exists() else []
+
+    def waiting(self, task: uuid.UUID, step: str) -> bool:
+        return (self.calls / f"{task}.{step}.waiting").exists()
+
+    def go(self, task: uuid.UUID, step: str) -> None:
+        (self.calls / f"{task}.{step}.go").touch()
+
+    def state(self, task: uuid.UUID) -> Any:
+        return self.app.get_task(self.tenant, task)
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=60)
+        self.app.conn.close()
+
+
+@pytest.fixture
+def world(target: Target, tmp_path: Path) -> Iterator[AgentWorld]:
+    """The agent app's world, on each target."""
+    w = AgentWorld(target, tmp_path)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def stop(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, list[dict[str, Any]]]:
+    """SIGTERM, then the exit code and the JSON log lines."""
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=timeout)
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return process.returncode, lines
+
+
+def test_a_worker_killed_mid_step_is_resumed_with_its_completed_steps_reused(world):
+    """SIGKILL during the second step's provider call; a second worker takes the task after
+    the lease expires: the first step is reused (one provider call), the killed step runs
+    again (its first call was never recorded), and the task ends in one terminal state."""
+    task = world.task(block="call")
+    first = world.start()
+    wait_for(lambda: world.waiting(task, "call"), "the worker to reach the second step")
+    first.kill()
+    first.communicate(timeout=60)
+    world.go(task, "call")
+    second = world.start()
+    wait_for(lambda: world.state(task).state == "done", "the second worker to finish the task")
+    assert stop(second)[0] == 0
+    assert world.provider_calls(task) == ["plan", "call", "call", "answer"]
+    history = events(world.dsn, world.tenant, task)
+    reused = [e.payload["step_key"] for e in history if e.event_type == "STEP_RESULT_REUSED"]  # type: ignore[index]
+    assert reused == ["plan"]
+    assert [e.to_state for e in history if e.to_state in ("done", "failed")] == ["done"]
+    attempts = world.app.list_step_attempts(world.tenant, task)
+    assert sorted((a.step_key, a.status) for a in attempts) == [
+        ("answer", "succeeded"),
+        ("call", "abandoned"),
+        ("call", "succeeded"),
+        ("plan", "succeeded"),
+    ]
+    assert world.state(task).recovery_attempts == 1
+
+
+def test_a_paused_worker_whose_lease_was_taken_over_stops_without_writing(world):
+    """SIGSTOP the worker in a step's provider call past its lease, let another owner claim
+    the task, SIGCONT: the handler is cancelled and the worker sends no write with its old
+    token (refused_writes 0: it does not rely on the database's refusal); the step it was
+    in stays open for the new owner."""
+    task = world.task(block="call")
+    paused = world.start("--concurrency", "1")
+    wait_for(lambda: world.waiting(task, "call"), "the worker to reach the second step")
+    old_token = world.state(task).fencing_token
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        thief = keel(world.dsn)
+        claimed = wait_for(
+            lambda: thief.claim_next_task("thief", workflow="agent"), "the lease to expire"
+        )
+        assert claimed.task_id == task and claimed.fencing_token > old_token
+        world.go(task, "call")
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    wait_for(lambda: world.provider_calls(task) == ["plan", "call"], "the provider call")
+    time.sleep(0.5)  # the handler's call returned: give it the chance to (wrongly) write
+    code, logs = stop(paused)
+    assert code == 0
+    final = next(line for line in logs if line["event"] == "worker stopped")
+    assert (final["lost"], final["refused_writes"], final["done"]) == (1, 0, 0)
+    assert any(line["event"].startswith("task stopped") for line in logs)
+    now = world.state(task)
+    assert (now.lease_owner, now.fencing_token, now.state) == (
+        "thief",
+        claimed.fencing_token,
+        "queued",
+    )
+    attempts = {a.step_key: a.status for a in world.app.list_step_attempts(world.tenant, task)}
+    assert attempts == {"plan": "succeeded", "call": "running"}
+    thief.conn.close()
+
+
+def test_sigterm_lets_running_handlers_finish_and_loses_no_work(world):
+    """Under load (12 tasks, 4 at a time), SIGTERM: the worker stops claiming, the running
+    handlers finish, it exits 0 holding no lease; a second worker does the rest; every task
+    ends done exactly once."""
+    tasks = [world.task() for _ in range(12)]
+    first = world.start("--concurrency", "4", "--shutdown-timeout", "60")
+    wait_for(lambda: any(world.provider_calls(t) for t in tasks), "the first task to start")
+    code, logs = stop(first)
+    assert code == 0
+    rows = [world.state(t) for t in tasks]
+    assert all(r.lease_owner is None for r in rows)
+    assert not any(line["event"] == "lease given back at shutdown" for line in logs)
+    done_first = sum(r.state == "done" for r in rows)
+    assert done_first >= 1
+    second = world.start("--concurrency", "4")
+    wait_for(lambda: all(world.state(t).state == "done" for t in tasks), "every task to end")
+    assert stop(second)[0] == 0
+    for t in tasks:
+        history = events(world.dsn, world.tenant, t)
+        assert [e.to_state for e in history if e.to_state == "done"] == ["done"]
+        assert world.provider_calls(t) == ["plan", "call", "answer"]
+
+
+def test_past_the_shutdown_timeout_the_leases_are_given_back_at_once(world):
+    """Handlers stuck in a provider call when the shutdown timeout passes: their leases are
+    released (due again now), nothing more is written for them, the worker exits 0, and
+    another worker finishes the tasks with the steps done before reused."""
+    tasks = [world.task(block="call") for _ in range(3)]
+    first = world.start("--concurrency", "3", "--shutdown-timeout", "0.2", lease=30)
+    for t in tasks:
+        wait_for(lambda t=t: world.waiting(t, "call"), "every task to reach its second step")
+    code, logs = stop(first)
+    assert code == 0
+    given_back = {
+        line["task_id"] for line in logs if line["event"] == "lease given back at shutdown"
+    }
+    assert given_back == {str(t) for t in tasks}
+    for t in tasks:
+        row = world.state(t)
+        assert row.lease_owner is None and row.state == "queued"
+        world.go(t, "call")
+    second = world.start("--concurrency", "3")
+    wait_for(lambda: all(world.state(t).state == "done" for t in tasks), "every task to end")
+    assert stop(second)[0] == 0
+    for t in tasks:
+        assert world.provider_calls(t) == ["plan", "call", "call", "answer"]
+
+
+def test_cli_refusals_are_one_line_with_their_exit_code(worker_db, tmp_path):
+    """An --app that names nothing is usage (2); a workflow without the edges the worker
+    writes is refused before anything is claimed (3), naming the missing edges."""
+    result = run_agentkeel("worker", "--dsn", worker_db, "--app", "no_such_module:registry")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        "agentkeel: error: --app 'no_such_module:registry': no module named 'no_such_module'"
+    )
+    bare = f"{APPS / 'agent_app.py'}:nothing"
+    result = run_agentkeel("worker", "--dsn", worker_db, "--app", bare)
+    assert result.returncode == 2, result.stderr
+    assert "importing it raised KeyError: 'AGENTKEEL_TEST_CALLS'" in result.stderr
+    env = {"AGENTKEEL_TEST_CALLS": str(tmp_path)}
+    result = run_agentkeel("worker", "--dsn", worker_db, "--app", bare, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "is nothing, not an agentkeel.worker.Registry" in result.stderr
+    app = keel(worker_db)
+    app.define_workflow("agent", 1, "queued", [("queued", "running"), ("running", "done")])
+    tenant = app.create_tenant("t").tenant_id
+    task = app.create_task(tenant, "agent", 1).task_id
+    result = run_agentkeel("worker", "--dsn", worker_db, "--app", AGENT_APP, env=env)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert (
+        "agent v1 needs queued -> failed, queued -> queued, running -> failed, running -> running"
+        in result.stderr
+    )
+    assert app.get_task(tenant, task).lease_owner is None  # type: ignore[union-attr]
+    app.conn.close()
+
+
+# -- the pure parts --------------------------------------------------------------------------
+def test_backoff_is_full_jitter_under_a_doubling_cap():
+    base, cap = timedelta(seconds=1), timedelta(seconds=10)
+    assert [backoff(n, base, cap, rng=lambda: 1.0).total_seconds() for n in (1, 2, 3, 4, 5)] == [
+        1,
+        2,
+        4,
+        8,
+        10,
+    ]
+    assert backoff(3, base, cap, rng=lambda: 0.0) == timedelta(0)
+    assert backoff(10_000, base, timedelta(hours=1), rng=lambda: 1.0) == timedelta(hours=1)
+
+
+def _event(seq: int, kind: str, a: str | None, b: str, payload: Any = None) -> TaskEvent:
+    return TaskEvent(
+        uuid.uuid4(),
+        uuid.uuid4(),
+        seq,
+        kind,
+        a,
+        b,
+        seq,
+        "w",
+        None,
+        None,
+        None,
+        payload or {},
+        None,
+        None,
+        None,
+    )  # type: ignore[arg-type]
+
+
+def test_the_attempt_is_read_back_to_the_last_move():
+    created = _event(1, "created", None, "queued")
+    retry = _event(2, "RETRY_SCHEDULED", "queued", "queued", {"attempt": 2})
+    reuse = _event(3, "STEP_RESULT_REUSED", "queued", "queued")
+    snooze = _event(4, "TASK_SNOOZED", "queued", "queued")
+    recovered = _event(5, "RECOVERED", "queued", "queued")
+    moved = _event(6, "transition", "queued", "running")
+    assert runs_so_far([created]) == 0
+    assert runs_so_far([created, retry, reuse, snooze, recovered]) == 2
+    assert runs_so_far([created, retry, moved, reuse]) == 0
+    assert runs_so_far([reuse, snooze]) is None  # look further back
+
+
+def test_missing_edges_cover_every_state_a_handler_may_leave_its_task_in():
+    registry = Registry()
+    registry.handler("w")(lambda ctx: "done")
+    states = {
+        "queued": (False, ["running"]),
+        "running": (False, ["running", "done", "failed"]),
+        "done": (True, []),
+        "failed": (True, []),
+    }
+    assert missing_edges(registry, "w", states) == ["queued -> failed", "queued -> queued"]
+    once = Registry()
+    once.handler("w", "running", max_attempts=1)(lambda ctx: "done")
+    assert missing_edges(once, "w", states) == []
+
+
+# -- docs/worker.md ----------------------------------------------------------------------------
+def test_the_guide_runs_as_written(worker_db, migrated_db, tmp_path):
+    """docs/worker.md's ten minutes, from its own blocks: the workflow, the module, the
+    command, the task; the worker SIGKILLed during the second model call and started again:
+    the outline is reused, the killed draft runs again, the task ends done."""
+    page = (REPO / "docs" / "worker.md").read_text()
+    sql_blocks = re.findall(r"```sql\n(.*?)```", page, flags=re.DOTALL)
+    module = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)[0]
+    command = shlex.split(re.findall(r"```sh\n(.*?)```", page, flags=re.DOTALL)[0])
+    assert command[:2] == ["agentkeel", "worker"]
+    (tmp_path / "summarize_worker.py").write_text(module)
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute(sql_blocks[0])
+    with psycopg.connect(worker_db, autocommit=True) as conn:
+        statements = [s for s in sql_blocks[1].split(";") if s.strip()]
+        conn.execute(statements[0])
+        task = conn.execute(statements[1]).fetchone()[0]  # type: ignore[index]
+    env = {**os.environ, "AGENTKEEL_DSN": worker_db}
+    argv = [
+        *AGENTKEEL,
+        *[env["AGENTKEEL_DSN"] if a == "$AGENTKEEL_DSN" else a for a in command[1:]],
+    ]
+    bill = tmp_path / "model-calls.log"
+
+    def calls() -> list[str]:
+        return [line.split()[0] for line in bill.read_text().splitlines()] if bill.exists() else []
+
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: calls() == ["outline", "draft"], "the draft call")
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+    second = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        tenant = uuid.UUID("0190aaaa-0000-7000-8000-000000000001")
+        app = keel(worker_db)
+        wait_for(lambda: app.get_task(tenant, task).state == "done", "the task to end")  # type: ignore[union-attr]
+    finally:
+        code, _ = stop(second)
+    assert code == 0
+    assert calls() == ["outline", "draft", "draft", "review"]
+    history = app.task_events(tenant, task)
+    assert [e.event_type for e in history] == ["created", "STEP_RESULT_REUSED", "transition"]
+    assert history[-1].payload["summary"].startswith("<review of <draft from")  # type: ignore[index]
+    drafts = [a.status for a in app.list_step_attempts(tenant, task) if a.step_key == "draft"]
+    assert sorted(drafts) == ["abandoned", "succeeded"]
+    app.conn.close()

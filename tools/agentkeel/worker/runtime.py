@@ -1,0 +1,641 @@
+"""The worker loop: claim due tasks in batches, run each with its handler in a thread of
+its own, keep each lease alive on a heartbeat, write each outcome as a guarded transition,
+and stop gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from agentkeel.checkpoints import KeyProvider
+from agentkeel.client import Keel
+from agentkeel.client.rows import Task
+from agentkeel.errors import KeelError, LeaseLost
+from agentkeel.logs import log
+from agentkeel.pooler import is_pooled
+from agentkeel.worker.attempts import (
+    ERROR_EVENT,
+    FAILED_EVENT,
+    RETRY_EVENT,
+    SNOOZE_EVENT,
+    WINDOW,
+    backoff,
+    runs_so_far,
+)
+from agentkeel.worker.context import Context, error_of
+from agentkeel.worker.lease import Lease
+from agentkeel.worker.outcomes import Cancelled, Fail, MoveTo, Retry, Snooze, StepFailed
+from agentkeel.worker.registry import Handler, Registry
+
+LOGGER = "agentkeel.worker"
+
+# How long a task in a state no handler of this worker runs waits before it is offered
+# again (to this worker or another).
+UNHANDLED_DELAY = timedelta(seconds=30)
+
+
+def default_name() -> str:
+    return f"agentkeel-worker@{socket.gethostname()}:{os.getpid()}"[:200]
+
+
+@dataclass
+class Config:
+    dsn: str
+    concurrency: int = 4
+    lease: timedelta = timedelta(seconds=30)
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 30.0
+    progress_interval: float = 10.0
+    name: str = field(default_factory=default_name)
+    workflows: tuple[str, ...] = ()  # only these of the registry's workflows; all if empty
+    key_provider: KeyProvider | None = None
+    detect_pooler: bool = True
+
+
+@dataclass
+class Stats:
+    claimed: int = 0
+    done: int = 0  # runs that moved their task on
+    retried: int = 0
+    snoozed: int = 0
+    failed: int = 0  # tasks moved to their failed (or an error's) state
+    lost: int = 0  # runs stopped by a lost lease
+    released: int = 0  # leases given back at shutdown or for want of a handler
+    errors: int = 0  # outcomes that could not be written (the lease then expires)
+    refused_writes: int = 0  # writes the database refused for a lost lease
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class ConfigError(Exception):
+    """The registry does not fit the database's workflows: the one line the CLI prints."""
+
+
+class Worker:
+    """Runs a Registry's handlers on the tasks it claims; ``run()`` until ``stop()``."""
+
+    def __init__(
+        self, config: Config, registry: Registry, logger: logging.Logger | None = None
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.logger = logger or logging.getLogger(LOGGER)
+        self.stats = Stats()
+        self._stats_lock = threading.Lock()
+        self._leases: dict[Any, Lease] = {}
+        self._threads: dict[Any, threading.Thread] = {}
+        self._running_lock = threading.Condition()
+        self._stopping = threading.Event()
+        self._hurry = threading.Event()  # a second signal: give everything back now
+        self.pool: ConnectionPool | None = None
+        names = config.workflows or tuple(registry.workflows)
+        unknown = sorted(set(names) - set(registry.workflows))
+        if unknown:
+            raise ConfigError(f"no handler is registered for workflow {', '.join(unknown)}")
+        if not names:
+            raise ConfigError("the registry has no handler")
+        self.workflows = list(names)
+
+    # -- life cycle --------------------------------------------------------------------
+    def stop(self) -> None:
+        """The first call stops claiming and lets running handlers finish (up to
+        shutdown_timeout); the second gives every held lease back at once."""
+        if self._stopping.is_set():
+            self._hurry.set()
+            log(self.logger, logging.WARNING, "second signal: giving every lease back now")
+        else:
+            log(self.logger, logging.INFO, "stopping: no new claims", running=len(self._leases))
+        self._stopping.set()
+        with self._running_lock:
+            self._running_lock.notify_all()
+
+    def run(self) -> Stats:
+        self.pool = self._open_pool()
+        try:
+            self._check_workflows()
+            log(
+                self.logger,
+                logging.INFO,
+                "worker started",
+                worker=self.config.name,
+                workflows=self.workflows,
+                concurrency=self.config.concurrency,
+                lease_seconds=self.config.lease.total_seconds(),
+            )
+            heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+            heartbeat.start()
+            self._claim_loop()
+            self._shut_down()
+        finally:
+            self._stopping.set()
+            self.pool.close()
+        log(self.logger, logging.INFO, "worker stopped", **self.stats.as_dict())
+        return self.stats
+
+    def _open_pool(self) -> ConnectionPool:
+        kwargs: dict[str, Any] = {"autocommit": True, "application_name": "agentkeel-worker"}
+        if self.config.detect_pooler:
+            with psycopg.connect(self.config.dsn, **kwargs) as conn:
+                if is_pooled(conn):
+                    kwargs["prepare_threshold"] = None
+        # One connection per running handler, one for the claims, one for the heartbeat.
+        return ConnectionPool(
+            self.config.dsn,
+            min_size=1,
+            max_size=self.config.concurrency + 2,
+            kwargs=kwargs,
+            open=True,
+            name="agentkeel-worker",
+        )
+
+    @contextmanager
+    def keel(self) -> Iterator[Keel]:
+        assert self.pool is not None
+        with self.pool.connection() as conn:
+            yield Keel(conn, key_provider=self.config.key_provider, detect_pooler=False)
+
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for name, delta in deltas.items():
+                setattr(self.stats, name, getattr(self.stats, name) + delta)
+
+    def _check_workflows(self) -> None:
+        """Refuse to start when a state a handler's outcome may be written from lacks the
+        edge it writes: a self-edge for a retry or snooze, an edge to the failed state. A
+        handler may move its task on before it fails, so every state reachable from a
+        handled one is checked (with that handler's policy)."""
+        missing: list[str] = []
+        assert self.pool is not None
+        with self.pool.connection() as conn:
+            for name in self.workflows:
+                rows = conn.execute(
+                    "select s.workflow_version, s.state, s.terminal,"
+                    " array(select t.to_state from keel.workflow_transitions as t"
+                    "  where t.workflow = s.workflow and t.workflow_version = s.workflow_version"
+                    "   and t.from_state = s.state order by t.to_state)"
+                    " from keel.workflow_states as s where s.workflow = %s"
+                    " order by s.workflow_version, s.state",
+                    (name,),
+                ).fetchall()
+                if not rows:
+                    raise ConfigError(f"workflow {name} is not defined in this database")
+                versions: dict[int, dict[str, tuple[bool, list[str]]]] = {}
+                for version, state, terminal, targets in rows:
+                    versions.setdefault(version, {})[state] = (terminal, list(targets))
+                for version, states in versions.items():
+                    edges = missing_edges(self.registry, name, states)
+                    if edges:
+                        missing.append(f"{name} v{version} needs {', '.join(edges)}")
+        if missing:
+            raise ConfigError(
+                f"{'; '.join(missing)}: the worker writes a self-edge for a retry or snooze "
+                "and an edge to the handler's failed state (define a new workflow version)"
+            )
+
+    # -- claiming ------------------------------------------------------------------------
+    def _claim_loop(self) -> None:
+        turn = 0
+        last_progress = time.monotonic()
+        while not self._stopping.is_set():
+            with self._running_lock:
+                while len(self._leases) >= self.config.concurrency and not self._stopping.is_set():
+                    self._running_lock.wait(self.config.poll_interval)
+                free = self.config.concurrency - len(self._leases)
+            if self._stopping.is_set():
+                break
+            claimed = 0
+            try:
+                for i in range(len(self.workflows)):
+                    workflow = self.workflows[(turn + i) % len(self.workflows)]
+                    got = self._claim(workflow, free - claimed)
+                    claimed += got
+                    if claimed >= free:
+                        break
+                turn += 1
+            except psycopg.Error as e:
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "claim failed; trying again",
+                    error=f"{type(e).__name__}: {e}".strip(),
+                )
+                self._stopping.wait(self.config.poll_interval)
+                continue
+            now = time.monotonic()
+            if now - last_progress >= self.config.progress_interval:
+                last_progress = now
+                self._progress()
+            if claimed == 0:
+                self._stopping.wait(self.config.poll_interval)
+
+    def _claim(self, workflow: str, limit: int) -> int:
+        sent = time.monotonic()
+        with self.keel() as keel:
+            tasks = keel.claim_next_tasks(self.config.name, limit, self.config.lease, workflow)
+        self._count(claimed=len(tasks))
+        for task in tasks:
+            lease = Lease(task.tenant_id, task.task_id, task.fencing_token, self.config.lease, sent)
+            key = (task.tenant_id, task.task_id)
+            thread = threading.Thread(
+                target=self._run_task, args=(task, lease), daemon=True, name=f"task-{task.task_id}"
+            )
+            with self._running_lock:
+                self._leases[key] = lease
+                self._threads[key] = thread
+            thread.start()
+        return len(tasks)
+
+    def _progress(self) -> None:
+        log(
+            self.logger, logging.INFO, "progress", running=len(self._leases), **self.stats.as_dict()
+        )
+
+    # -- one task ------------------------------------------------------------------------
+    def _run_task(self, task: Task, lease: Lease) -> None:
+        key = (task.tenant_id, task.task_id)
+        try:
+            handler = self.registry.find(task.workflow, task.state)
+            if handler is None:
+                self._release(lease, "no handler for this state", UNHANDLED_DELAY)
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "no handler for the task's state; released",
+                    task_id=str(task.task_id),
+                    workflow=task.workflow,
+                    state=task.state,
+                )
+                return
+            self._run_handler(task, lease, handler)
+        except Exception as e:  # an outcome that could not be written: the lease expires
+            self._count(errors=1)
+            log(
+                self.logger,
+                logging.ERROR,
+                "task outcome not written; its lease will expire",
+                task_id=str(task.task_id),
+                error=f"{type(e).__name__}: {e}",
+            )
+        finally:
+            with self._running_lock:
+                self._leases.pop(key, None)
+                self._threads.pop(key, None)
+                self._running_lock.notify_all()
+
+    def _attempt(self, task: Task) -> int:
+        """1 + the retries of this state so far, from the task's latest events."""
+        with self.keel() as keel:
+            after = task.last_event_seq
+            while after > 0:
+                after = max(after - WINDOW, 0)
+                events = keel.task_history(
+                    task.tenant_id, task.task_id, after_seq=after, limit=WINDOW
+                )
+                runs = runs_so_far(events)
+                if runs is not None:
+                    return runs + 1
+        return 1
+
+    def _run_handler(self, task: Task, lease: Lease, handler: Handler) -> None:
+        ctx = Context(task, self._attempt(task), lease, self.keel)
+        started = time.monotonic()
+        log(
+            self.logger,
+            logging.DEBUG,
+            "task started",
+            task_id=str(task.task_id),
+            tenant_id=str(task.tenant_id),
+            state=task.state,
+            attempt=ctx.attempt,
+            trace_id=task.trace_id,
+        )
+        outcome: BaseException | None = None
+        result: Any = None
+        try:
+            if inspect.iscoroutinefunction(handler.fn):
+                result = asyncio.run(self._run_async(handler, ctx, lease))
+            else:
+                result = handler.fn(ctx)
+        except Cancelled as e:
+            outcome = e
+        except asyncio.CancelledError:
+            outcome = Cancelled(lease.reason or "cancelled")
+        except Exception as e:
+            outcome = e
+        self._count(refused_writes=ctx.refused_writes)
+        fields = {
+            "task_id": str(task.task_id),
+            "tenant_id": str(task.tenant_id),
+            "state": task.state,
+            "attempt": ctx.attempt,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        if isinstance(outcome, Cancelled) or lease.cancelled.is_set():
+            self._count(lost=1)
+            reason = lease.reason or (outcome.reason if isinstance(outcome, Cancelled) else "")
+            log(
+                self.logger,
+                logging.WARNING,
+                "task stopped: nothing more written for it",
+                reason=reason,
+                **fields,
+            )
+            return
+        with lease.lock:
+            try:
+                lease.check()
+                self._write_outcome(ctx, handler, result, outcome, fields)
+            except Cancelled as e:
+                self._count(lost=1)
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "task stopped before its outcome was written",
+                    reason=e.reason,
+                    **fields,
+                )
+            except LeaseLost as e:
+                self._count(lost=1, refused_writes=1)
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "the database refused the lease",
+                    reason=e.message,
+                    **fields,
+                )
+
+    async def _run_async(self, handler: Handler, ctx: Context, lease: Lease) -> Any:
+        """An async handler in an event loop of its own, cancelled (CancelledError at its
+        next await) the moment the lease is lost."""
+        loop = asyncio.get_running_loop()
+        job = asyncio.ensure_future(handler.fn(ctx))
+
+        def cancel() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(job.cancel)
+
+        lease.on_cancel(cancel)
+        try:
+            return await job
+        finally:
+            lease.forget(cancel)
+
+    def _write_outcome(
+        self,
+        ctx: Context,
+        handler: Handler,
+        result: Any,
+        error: BaseException | None,
+        fields: dict[str, Any],
+    ) -> None:
+        """One guarded transition with its event, or the lease given back."""
+        lease = ctx._lease
+        with self.keel() as keel:
+
+            def move(to_state: str, **kwargs: Any) -> Task:
+                return keel.transition_task(
+                    ctx.tenant_id,
+                    ctx.task_id,
+                    ctx.task.state_version,
+                    to_state,
+                    fencing_token=lease.token,
+                    **kwargs,
+                )
+
+            if error is None and isinstance(result, str):
+                task = move(result, release_lease=True)
+                self._count(done=1)
+                log(self.logger, logging.INFO, "task moved", to_state=task.state, **fields)
+            elif error is None and ctx.moved:
+                if ctx.task.lease_owner is not None:
+                    keel.release_lease(ctx.tenant_id, ctx.task_id, lease.token)
+                self._count(done=1)
+                log(self.logger, logging.INFO, "task moved", to_state=ctx.task.state, **fields)
+            elif isinstance(error, Snooze):
+                move(
+                    ctx.state,
+                    event_type=SNOOZE_EVENT,
+                    release_lease=True,
+                    payload={"seconds": error.delay.total_seconds()},
+                    wake_at=datetime.now(UTC) + error.delay,
+                )
+                self._count(snoozed=1)
+                log(
+                    self.logger,
+                    logging.INFO,
+                    "task snoozed",
+                    delay_seconds=error.delay.total_seconds(),
+                    **fields,
+                )
+            elif isinstance(error, MoveTo):
+                move(error.state, payload=error.payload, release_lease=True)
+                self._count(done=1)
+                log(self.logger, logging.INFO, "task moved", to_state=error.state, **fields)
+            else:
+                if error is None:
+                    error = RuntimeError(
+                        "the handler returned without moving the task (return a state, call "
+                        "ctx.transition, or raise)"
+                    )
+                mapped = next(
+                    (s for cls, s in handler.errors.items() if isinstance(error, cls)), None
+                )
+                if mapped is not None:
+                    move(
+                        mapped,
+                        event_type=ERROR_EVENT,
+                        release_lease=True,
+                        payload={"attempt": ctx.attempt, "error": error_of(error)},
+                    )
+                    self._count(failed=1)
+                    log(
+                        self.logger,
+                        logging.WARNING,
+                        "task error",
+                        to_state=mapped,
+                        error=error_of(error),
+                        **fields,
+                    )
+                elif isinstance(error, Fail | StepFailed) or ctx.attempt >= handler.max_attempts:
+                    move(
+                        handler.failed_state,
+                        event_type=FAILED_EVENT,
+                        release_lease=True,
+                        payload={"attempts": ctx.attempt, "error": error_of(error)},
+                    )
+                    self._count(failed=1)
+                    log(
+                        self.logger,
+                        logging.WARNING,
+                        "task failed",
+                        to_state=handler.failed_state,
+                        error=error_of(error),
+                        **fields,
+                    )
+                else:
+                    delay = (
+                        error.delay
+                        if isinstance(error, Retry) and error.delay is not None
+                        else backoff(ctx.attempt, handler.backoff_base, handler.backoff_cap)
+                    )
+                    move(
+                        ctx.state,
+                        event_type=RETRY_EVENT,
+                        release_lease=True,
+                        payload={
+                            "attempt": ctx.attempt,
+                            "error": error_of(error),
+                            "retry_in_seconds": round(delay.total_seconds(), 3),
+                        },
+                        wake_at=datetime.now(UTC) + delay,
+                    )
+                    self._count(retried=1)
+                    log(
+                        self.logger,
+                        logging.INFO,
+                        "task retried",
+                        retry_in_seconds=round(delay.total_seconds(), 3),
+                        error=error_of(error),
+                        **fields,
+                    )
+        lease.ended = True
+
+    def _release(self, lease: Lease, reason: str, wait: timedelta | None = None) -> bool:
+        """Give a held lease back (due again now, or after wait); False if it was not held."""
+        with lease.lock:
+            if lease.ended:
+                return False
+            lease.cancel(reason)
+            lease.ended = True
+            try:
+                with self.keel() as keel:
+                    keel.release_lease(
+                        lease.tenant_id,
+                        lease.task_id,
+                        lease.token,
+                        wake_at=datetime.now(UTC) + wait if wait else None,
+                    )
+            except LeaseLost:
+                return False
+            self._count(released=1)
+            return True
+
+    # -- heartbeat -----------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        """Renew every held lease each third of its length; a refused renewal cancels the
+        handler's work, and so does a lease whose deadline passed without a renewal."""
+        every = self.config.lease.total_seconds() / 3
+        while not self._stopping.wait(every) or self._leases:
+            with self._running_lock:
+                leases = list(self._leases.values())
+            for lease in leases:
+                self._renew(lease)
+            if self._stopping.is_set() and self._hurry.is_set():
+                return
+
+    def _renew(self, lease: Lease) -> None:
+        with lease.lock:
+            if lease.ended or lease.cancelled.is_set():
+                return
+            if lease.expired():
+                lease.cancel("lease expired before it could be renewed")
+                return
+            sent = time.monotonic()
+            try:
+                with self.keel() as keel:
+                    keel.renew_lease(lease.tenant_id, lease.task_id, lease.token, self.config.lease)
+                lease.renewed(sent)
+            except LeaseLost as e:
+                lease.cancel(f"the lease was taken over: {e.message}")
+            except (psycopg.Error, KeelError) as e:
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "lease renewal failed; trying again",
+                    task_id=str(lease.task_id),
+                    error=f"{type(e).__name__}: {e}",
+                )
+
+    # -- shutdown ------------------------------------------------------------------------
+    def _shut_down(self) -> None:
+        """Let running handlers finish up to shutdown_timeout (or a second signal), then
+        give back every lease still held: its task is due again at once, for any worker."""
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        with self._running_lock:
+            while self._leases and not self._hurry.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._running_lock.wait(min(left, 0.2))
+            leases = list(self._leases.values())
+        for lease in leases:
+            if self._release(lease, "the worker is shutting down"):
+                log(
+                    self.logger,
+                    logging.WARNING,
+                    "lease given back at shutdown",
+                    task_id=str(lease.task_id),
+                    tenant_id=str(lease.tenant_id),
+                )
+
+
+def missing_edges(
+    registry: Registry, workflow: str, states: dict[str, tuple[bool, list[str]]]
+) -> list[str]:
+    """The edges ``from -> to`` a worker may write in one version of a workflow (its states:
+    terminal, targets) that it does not have, in order."""
+    missing: list[str] = []
+    for state in sorted(states):
+        handler = registry.find(workflow, state)
+        if handler is None or states[state][0]:
+            continue
+        seen, frontier = {state}, [state]
+        while frontier:  # the non-terminal states the handler may leave its task in
+            for target in states[frontier.pop()][1]:
+                if target in states and target not in seen and not states[target][0]:
+                    seen.add(target)
+                    frontier.append(target)
+        for at in sorted(seen):
+            needs = [handler.failed_state] + ([at] if handler.max_attempts > 1 else [])
+            for target in needs:
+                edge = f"{at} -> {target}"
+                if target not in states[at][1] and edge not in missing:
+                    missing.append(edge)
+    return missing
+
+
+def run_worker(
+    config: Config,
+    registry: Registry,
+    logger: logging.Logger | None = None,
+    install_signals: bool = True,
+) -> Stats:
+    """Run until SIGTERM or SIGINT (a second one hurries the shutdown)."""
+    import signal
+
+    worker = Worker(config, registry, logger)
+    if install_signals:
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        for signum in previous:
+            signal.signal(signum, lambda *_: worker.stop())
+    try:
+        return worker.run()
+    finally:
+        if install_signals:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
