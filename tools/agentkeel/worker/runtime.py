@@ -102,6 +102,8 @@ class Worker:
         self._running_lock = threading.Condition()
         self._stopping = threading.Event()
         self._hurry = threading.Event()  # a second signal: give everything back now
+        self._done = threading.Event()  # shut down: the heartbeat ends
+        self._connect_kwargs: dict[str, Any] = {}
         self.pool: ConnectionPool | None = None
         names = config.workflows or tuple(registry.workflows)
         unknown = sorted(set(names) - set(registry.workflows))
@@ -143,6 +145,7 @@ class Worker:
             self._shut_down()
         finally:
             self._stopping.set()
+            self._done.set()
             self.pool.close()
         log(self.logger, logging.INFO, "worker stopped", **self.stats.as_dict())
         return self.stats
@@ -153,11 +156,13 @@ class Worker:
             with psycopg.connect(self.config.dsn, **kwargs) as conn:
                 if is_pooled(conn):
                     kwargs["prepare_threshold"] = None
-        # One connection per running handler, one for the claims, one for the heartbeat.
+        self._connect_kwargs = kwargs
+        # One connection per running handler and one for the claims (the heartbeat has
+        # its own).
         return ConnectionPool(
             self.config.dsn,
             min_size=1,
-            max_size=self.config.concurrency + 2,
+            max_size=self.config.concurrency + 1,
             kwargs=kwargs,
             open=True,
             name="agentkeel-worker",
@@ -538,31 +543,41 @@ class Worker:
     # -- heartbeat -----------------------------------------------------------------------
     def _heartbeat(self) -> None:
         """Renew every held lease each third of its length; a refused renewal cancels the
-        handler's work, and so does a lease whose deadline passed without a renewal."""
+        handler's work, and so does a lease whose deadline passed without a renewal. On a
+        connection of its own, so handlers that hold every pooled one cannot starve it."""
         every = self.config.lease.total_seconds() / 3
-        while not self._stopping.wait(every) or self._leases:
-            with self._running_lock:
-                leases = list(self._leases.values())
-            for lease in leases:
-                self._renew(lease)
-            if self._stopping.is_set() and self._hurry.is_set():
-                return
+        conn: psycopg.Connection | None = None
+        try:
+            while not self._done.wait(every):
+                with self._running_lock:
+                    leases = list(self._leases.values())
+                for lease in leases:
+                    conn = self._renew(lease, conn)
+        finally:
+            if conn is not None:
+                conn.close()
 
-    def _renew(self, lease: Lease) -> None:
+    def _renew(self, lease: Lease, conn: psycopg.Connection | None) -> psycopg.Connection | None:
+        """Renew one lease; the heartbeat's connection (made again when it broke)."""
         with lease.lock:
             if lease.ended or lease.cancelled.is_set():
-                return
+                return conn
             if lease.expired():
                 lease.cancel("lease expired before it could be renewed")
-                return
+                return conn
             sent = time.monotonic()
             try:
-                with self.keel() as keel:
-                    keel.renew_lease(lease.tenant_id, lease.task_id, lease.token, self.config.lease)
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.config.dsn, **self._connect_kwargs)
+                Keel(conn, detect_pooler=False).renew_lease(
+                    lease.tenant_id, lease.task_id, lease.token, self.config.lease
+                )
                 lease.renewed(sent)
             except LeaseLost as e:
                 lease.cancel(f"the lease was taken over: {e.message}")
             except (psycopg.Error, KeelError) as e:
+                if conn is not None and conn.broken:
+                    conn.close()
                 log(
                     self.logger,
                     logging.WARNING,
@@ -570,6 +585,7 @@ class Worker:
                     task_id=str(lease.task_id),
                     error=f"{type(e).__name__}: {e}",
                 )
+            return conn
 
     # -- shutdown ------------------------------------------------------------------------
     def _shut_down(self) -> None:
