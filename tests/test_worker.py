@@ -410,6 +410,8 @@ def test_past_the_shutdown_timeout_the_leases_are_given_back_at_once(world):
         line["task_id"] for line in logs if line["event"] == "lease given back at shutdown"
     }
     assert given_back == {str(t) for t in tasks}
+    final = next(line for line in logs if line["event"] == "worker stopped")
+    assert (final["released"], final["lost"], final["refused_writes"]) == (3, 0, 0)
     for t in tasks:
         row = world.state(t)
         assert row.lease_owner is None and row.state == "queued"

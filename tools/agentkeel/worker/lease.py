@@ -38,6 +38,7 @@ class Lease:
         self.cancelled = threading.Event()
         self.reason: str | None = None
         self.ended = False  # a terminal state or a release ended the lease: no renewal
+        self.released = False  # given back by the worker (shutdown, no handler)
         self._callbacks: list[Callable[[], None]] = []
 
     def renewed(self, sent_at: float) -> None:

@@ -351,7 +351,8 @@ class Worker:
             "seconds": round(time.monotonic() - started, 3),
         }
         if isinstance(outcome, Cancelled) or lease.cancelled.is_set():
-            self._count(lost=1)
+            if not lease.released:  # given back at shutdown: counted as released
+                self._count(lost=1)
             reason = lease.reason or (outcome.reason if isinstance(outcome, Cancelled) else "")
             log(
                 self.logger,
@@ -366,7 +367,8 @@ class Worker:
                 lease.check()
                 self._write_outcome(ctx, handler, result, outcome, fields)
             except Cancelled as e:
-                self._count(lost=1)
+                if not lease.released:
+                    self._count(lost=1)
                 log(
                     self.logger,
                     logging.WARNING,
@@ -527,6 +529,7 @@ class Worker:
                 return False
             lease.cancel(reason)
             lease.ended = True
+            lease.released = True
             try:
                 with self.keel() as keel:
                     keel.release_lease(
