@@ -32,7 +32,9 @@ from agentkeel.worker import (
     Config,
     Context,
     Fail,
+    MoveTo,
     Registry,
+    Retry,
     Snooze,
     Worker,
 )
@@ -438,7 +440,12 @@ def test_cli_refusals_are_one_line_with_their_exit_code(worker_db, tmp_path):
     env = {"AGENTKEEL_TEST_CALLS": str(tmp_path)}
     result = run_agentkeel("worker", "--dsn", worker_db, "--app", bare, env=env)
     assert result.returncode == 2, result.stderr
-    assert "is nothing, not an agentkeel.worker.Registry" in result.stderr
+    assert "module agent_app has no attribute 'nothing'" in result.stderr
+    result = run_agentkeel(
+        "worker", "--dsn", worker_db, "--app", f"{APPS / 'agent_app.py'}:STEPS", env=env
+    )
+    assert result.returncode == 2, result.stderr
+    assert "agent_app.STEPS is a tuple, not an agentkeel.worker.Registry" in result.stderr
     app = keel(worker_db)
     app.define_workflow("agent", 1, "queued", [("queued", "running"), ("running", "done")])
     tenant = app.create_tenant("t").tenant_id
@@ -511,9 +518,12 @@ def test_missing_edges_cover_every_state_a_handler_may_leave_its_task_in():
         "failed": (True, []),
     }
     assert missing_edges(registry, "w", states) == ["queued -> failed", "queued -> queued"]
-    once = Registry()
-    once.handler("w", "running", max_attempts=1)(lambda ctx: "done")
-    assert missing_edges(once, "w", states) == []
+    running = Registry()
+    running.handler("w", "running", max_attempts=1)(lambda ctx: "done")
+    assert missing_edges(running, "w", states) == []
+    mapped = Registry()
+    mapped.handler("w", "running", errors={ValueError: "rejected"})(lambda ctx: "done")
+    assert missing_edges(mapped, "w", states) == ["running -> rejected"]
 
 
 # -- docs/worker.md ----------------------------------------------------------------------------
@@ -563,4 +573,142 @@ def test_the_guide_runs_as_written(worker_db, migrated_db, tmp_path):
     assert history[-1].payload["summary"].startswith("<review of <draft from")  # type: ignore[index]
     drafts = [a.status for a in app.list_step_attempts(tenant, task) if a.step_key == "draft"]
     assert sorted(drafts) == ["abandoned", "succeeded"]
+    app.conn.close()
+
+
+def _workflow(owner: str, edges: list[tuple[str, str]]) -> str:
+    name = f"wk_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(owner, autocommit=True) as conn:
+        Keel(conn).define_workflow(name, 1, "queued", edges)
+    return name
+
+
+def test_an_outcome_the_database_refuses_fails_the_task_and_gives_the_lease_back(worker_db):
+    """A handler's message with a NUL byte is stored escaped (jsonb refuses NUL); a MoveTo
+    whose payload the payload check refuses (a password key) and a retry later than
+    max_wake_delay fail the task with the refusal, instead of leaving its lease held and
+    the task running again and again."""
+    workflow = _workflow(worker_db, [*EDGES, ("queued", "rejected")])
+    app = keel(worker_db)
+    tenant = app.create_tenant("refusals").tenant_id
+    kinds = ("nul", "secret", "far")
+    tasks = {k: app.create_task(tenant, workflow, 1, metadata={"kind": k}).task_id for k in kinds}
+    runs: dict[str, int] = {}
+    registry = Registry()
+
+    @registry.handler(workflow, max_attempts=2, backoff_base=timedelta(seconds=0.05))
+    def handle(ctx: Context) -> str:
+        kind = ctx.metadata["kind"]
+        runs[kind] = runs.get(kind, 0) + 1
+        if kind == "nul":
+            raise RuntimeError("bad\x00byte \ud800")
+        if kind == "secret":
+            raise MoveTo("rejected", {"password": "hunter2"})
+        raise Retry("later", delay=timedelta(days=400))
+
+    with Running(worker_db, registry, concurrency=3) as worker:
+        wait_for(
+            lambda: all(app.get_task(tenant, t).state == "failed" for t in tasks.values()),  # type: ignore[union-attr]
+            "every task to fail",
+        )
+    assert runs == {"nul": 2, "secret": 1, "far": 1}
+    nul = events(worker_db, tenant, tasks["nul"])
+    assert nul[-1].payload["error"]["message"] == "bad\\u0000byte \\ud800"  # type: ignore[index]
+    for kind in ("secret", "far"):
+        last = events(worker_db, tenant, tasks[kind])[-1]
+        assert last.event_type == "TASK_FAILED"
+        expected = (
+            "event payload key $.password may carry a secret [22K02]"
+            if kind == "secret"
+            else "wake time "
+        )
+        message = last.payload["error"]["message"]  # type: ignore[index]
+        assert message.startswith(f"the outcome was refused: {expected}"[:60]), message
+    assert all(app.get_task(tenant, t).lease_owner is None for t in tasks.values())  # type: ignore[union-attr]
+    assert worker.stats.errors == 0
+    app.conn.close()
+
+
+def test_a_write_waiting_on_a_lock_does_not_hold_up_other_leases(worker_db, migrated_db):
+    """One task's step waits on its row, locked by another session, for longer than a
+    lease; the other task's lease is still renewed, and it finishes in one run."""
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("locks").tenant_id
+    stuck = app.create_task(tenant, workflow, 1, metadata={"kind": "stuck"}).task_id
+    free = app.create_task(tenant, workflow, 1, metadata={"kind": "free"}).task_id
+    started: dict[str, int] = {"stuck": 0, "free": 0}
+    claimed, locked = threading.Event(), threading.Event()
+    locker = psycopg.connect(migrated_db)
+    registry = Registry()
+
+    @registry.handler(workflow)
+    def handle(ctx: Context) -> str:
+        kind = ctx.metadata["kind"]
+        started[kind] += 1
+        if kind == "stuck":
+            claimed.set()
+            locked.wait(60)
+            ctx.step("blocked", {}, lambda: {})  # waits on the locked row
+        else:
+            ctx.sleep(4.5)  # past the 3-second lease: only renewals keep it
+        return "done"
+
+    try:
+        with Running(worker_db, registry, concurrency=2, lease=timedelta(seconds=3)):
+            wait_for(claimed.is_set, "the stuck task's claim")
+            locker.execute("select 1 from keel.tasks where task_id = %s for update", (stuck,))
+            locked.set()
+            wait_for(lambda: app.get_task(tenant, free).state == "done", "the free task")  # type: ignore[union-attr]
+            locker.rollback()
+            wait_for(lambda: app.get_task(tenant, stuck).state == "done", "the stuck task")  # type: ignore[union-attr]
+    finally:
+        locker.close()
+    assert started["free"] == 1
+    assert app.get_task(tenant, free).recovery_attempts == 0  # type: ignore[union-attr]
+    app.conn.close()
+
+
+def test_the_attempt_starts_again_at_one_after_the_handler_moved_its_task(worker_db):
+    """A handler that retried once in queued, then moves its task to working and fails
+    there: that is the first failure in working (a retry), not its second."""
+    workflow = _workflow(
+        worker_db,
+        [
+            *EDGES,
+            ("queued", "working"),
+            ("working", "working"),
+            ("working", "failed"),
+            ("working", "done"),
+        ],
+    )
+    app = keel(worker_db)
+    tenant = app.create_tenant("moves").tenant_id
+    task = app.create_task(tenant, workflow, 1).task_id
+    seen: list[tuple[str, int]] = []
+    registry = Registry()
+
+    @registry.handler(workflow, max_attempts=2, backoff_base=timedelta(seconds=0.05))
+    def handle(ctx: Context) -> str:
+        seen.append((ctx.state, ctx.attempt))
+        if len(seen) == 1:
+            raise RuntimeError("first")
+        if len(seen) == 2:
+            ctx.transition("working")
+            raise RuntimeError("second")
+        return "done"
+
+    with Running(worker_db, registry):
+        wait_for(lambda: app.get_task(tenant, task).state == "done", "the task to end")  # type: ignore[union-attr]
+    assert seen == [("queued", 1), ("queued", 2), ("working", 2)]
+    moves = [
+        (e.event_type, e.to_state, (e.payload or {}).get("attempt"))  # type: ignore[union-attr]
+        for e in events(worker_db, tenant, task)[1:]
+    ]
+    assert moves == [
+        ("RETRY_SCHEDULED", "queued", 1),
+        ("transition", "working", None),
+        ("RETRY_SCHEDULED", "working", 1),
+        ("transition", "done", None),
+    ]
     app.conn.close()

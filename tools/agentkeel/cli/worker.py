@@ -100,12 +100,14 @@ def worker(
     gives them back at once. Needs a login in keel_worker. Checkpoints use the key in
     $AGENTKEEL_CHECKPOINT_KEY when it is set. Guide: docs/worker.md."""
     import os
+    import sys
+    import threading
 
     from agentkeel.checkpoints import DEFAULT_KEY_VARIABLE, EnvKeyProvider
     from agentkeel.logs import configure
     from agentkeel.worker import Config, ConfigError, load_registry, run_worker
     from agentkeel.worker.registry import AppNotFound
-    from agentkeel.worker.runtime import LOGGER
+    from agentkeel.worker.runtime import LOGGER, LoginRefused
 
     try:
         registry = load_registry(app)
@@ -128,5 +130,12 @@ def worker(
     logger = configure(log_level, LOGGER, json_lines=log_format == "json")
     try:
         run_worker(config, registry, logger)
+        if any(t.is_alive() and not t.daemon for t in threading.enumerate()[1:]):
+            # A handler's executor thread (asyncio.to_thread) stuck in a provider call
+            # would hold the exit; every lease is given back or ended by now.
+            sys.stderr.flush()
+            os._exit(0)
     except ConfigError as e:
         fail(str(e), ExitCode.REFUSED)
+    except LoginRefused as e:
+        fail(str(e), ExitCode.PERMISSION)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -29,8 +30,12 @@ def input_hash(value: Any) -> str:
 
 
 def error_of(error: BaseException) -> dict[str, str]:
-    """An exception as a step's or an event's error: its class and first 1000 characters."""
-    return {"type": type(error).__name__, "message": str(error)[:1000]}
+    """An exception as a step's or an event's error: its class and first 1000 characters,
+    as text jsonb takes (no NUL, no lone surrogate), so a handler's message cannot make the
+    write of its own outcome fail."""
+    message = str(error)[:1000].replace("\x00", "\\u0000")
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": type(error).__name__, "message": message}
 
 
 class Context:
@@ -42,8 +47,16 @@ class Context:
     handler's own code runs (G7).
     """
 
-    def __init__(self, task: Task, attempt: int, lease: Lease, keel_of: KeelOf) -> None:
+    def __init__(
+        self,
+        task: Task,
+        attempt: int,
+        lease: Lease,
+        keel_of: KeelOf,
+        stopping: threading.Event | None = None,
+    ) -> None:
         self.task = task
+        self._stopping = stopping or threading.Event()
         self.attempt = attempt  # 1 for the first run in this state, n after n - 1 retries
         self._lease = lease
         self._keel_of = keel_of
@@ -84,6 +97,12 @@ class Context:
     def cancelled(self) -> bool:
         return self._lease.cancelled.is_set()
 
+    @property
+    def stopping(self) -> bool:
+        """The worker was told to stop: a good moment to end between steps (the task is
+        due again for the next worker, its completed steps reused)."""
+        return self._stopping.is_set()
+
     def check(self) -> None:
         """Raise Cancelled if the work must stop (call it in long loops)."""
         self._lease.check()
@@ -100,15 +119,18 @@ class Context:
         """A Keel client for one fenced call of your own (``reserve_operation``,
         ``complete_operation``, ...; pass ``ctx.fencing_token``), made only while the lease
         holds; the database's lease_lost becomes Cancelled."""
-        with self._lease.lock:
+        self._lease.check()
+        # The connection first: a wait for the pool never holds the lease's lock (the
+        # heartbeat skips a lease whose lock is held), and the deadline is checked again
+        # once the call can be sent at once.
+        with self._keel_of() as keel, self._lease.lock:
             self._lease.check()
-            with self._keel_of() as keel:
-                try:
-                    yield keel
-                except LeaseLost as e:
-                    self.refused_writes += 1
-                    self._lease.cancel(f"the database refused the lease: {e.message}")
-                    raise Cancelled(self._lease.reason or "lease lost") from e
+            try:
+                yield keel
+            except LeaseLost as e:
+                self.refused_writes += 1
+                self._lease.cancel(f"the database refused the lease: {e.message}")
+                raise Cancelled(self._lease.reason or "lease lost") from e
 
     def transition(
         self,
@@ -122,6 +144,7 @@ class Context:
         """Move the task along one legal edge (G3), with its event and outbox messages, and
         keep the lease unless the state is terminal."""
         with self.keel() as keel:
+            before = self.task.state
             self.task = keel.transition_task(
                 self.tenant_id,
                 self.task_id,
@@ -133,9 +156,11 @@ class Context:
                 event_type=event_type,
                 current_step=current_step,
             )
-        self.moved = True
-        if self.task.lease_owner is None:  # a terminal state ended the lease
-            self._lease.ended = True
+            self.moved = True
+            if self.task.state != before:
+                self.attempt = 1  # the first run in the new state
+            if self.task.lease_owner is None:  # a terminal state ended the lease
+                self._lease.ended = True
         return self.task
 
     def checkpoint(

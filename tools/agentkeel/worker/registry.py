@@ -119,11 +119,12 @@ def load_registry(spec: str) -> Registry:
         raise AppNotFound(f"--app {spec!r}: importing it raised {type(e).__name__}: {e}") from e
     except Exception as e:  # the app's own error: its traceback under --debug
         raise AppNotFound(f"--app {spec!r}: importing it raised {type(e).__name__}: {e}") from e
-    registry = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        raise AppNotFound(f"--app {spec!r}: module {module_name} has no attribute {attribute!r}")
+    registry = getattr(module, attribute)
     if not isinstance(registry, Registry):
-        found = "nothing" if registry is None else type(registry).__name__
         raise AppNotFound(
-            f"--app {spec!r}: {module_name}.{attribute} is {found}, "
+            f"--app {spec!r}: {module_name}.{attribute} is a {type(registry).__name__}, "
             "not an agentkeel.worker.Registry"
         )
     return registry

@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -86,6 +87,10 @@ class ConfigError(Exception):
     """The registry does not fit the database's workflows: the one line the CLI prints."""
 
 
+class LoginRefused(Exception):
+    """The login may not do a worker's calls: the one line the CLI prints."""
+
+
 class Worker:
     """Runs a Registry's handlers on the tasks it claims; ``run()`` until ``stop()``."""
 
@@ -129,6 +134,7 @@ class Worker:
     def run(self) -> Stats:
         self.pool = self._open_pool()
         try:
+            self._check_login()
             self._check_workflows()
             log(
                 self.logger,
@@ -179,6 +185,32 @@ class Worker:
             for name, delta in deltas.items():
                 setattr(self.stats, name, getattr(self.stats, name) + delta)
 
+    def _check_login(self) -> None:
+        """Refuse a login that cannot claim or renew (not in keel_worker); warn about the
+        owner, which bypasses what the worker's role is limited to."""
+        assert self.pool is not None
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "select pg_catalog.has_function_privilege("
+                "   'keel.claim_next_tasks(text, integer, interval, text)', 'execute')"
+                " and pg_catalog.has_function_privilege("
+                "   'keel.renew_lease(uuid, uuid, bigint, interval)', 'execute'),"
+                " pg_catalog.pg_has_role('keel_owner', 'member')"
+            ).fetchone()
+        assert row is not None
+        if not row[0]:
+            raise LoginRefused(
+                f"{conn.info.user} may not claim tasks or renew leases: "
+                "the worker needs a login in keel_worker"
+            )
+        if row[1]:
+            log(
+                self.logger,
+                logging.WARNING,
+                "running as a member of keel_owner: give the worker a login in keel_worker",
+                login=conn.info.user,
+            )
+
     def _check_workflows(self) -> None:
         """Refuse to start when a state a handler's outcome may be written from lacks the
         edge it writes: a self-edge for a retry or snooze, an edge to the failed state. A
@@ -202,10 +234,24 @@ class Worker:
                 versions: dict[int, dict[str, tuple[bool, list[str]]]] = {}
                 for version, state, terminal, targets in rows:
                     versions.setdefault(version, {})[state] = (terminal, list(targets))
+                newest = max(versions)
                 for version, states in versions.items():
                     edges = missing_edges(self.registry, name, states)
-                    if edges:
+                    if not edges:
+                        continue
+                    if version == newest:
                         missing.append(f"{name} v{version} needs {', '.join(edges)}")
+                    else:  # immutable: a task of it that fails waits for the recoverer
+                        log(
+                            self.logger,
+                            logging.WARNING,
+                            "an older workflow version lacks edges the worker writes: its "
+                            "tasks' retries and failures will be refused, their leases "
+                            "expire and the recoverer fails them",
+                            workflow=name,
+                            version=version,
+                            needs=", ".join(edges),
+                        )
         if missing:
             raise ConfigError(
                 f"{'; '.join(missing)}: the worker writes a self-edge for a retry or snooze "
@@ -287,19 +333,21 @@ class Worker:
                 )
                 return
             self._run_handler(task, lease, handler)
-        except Exception as e:  # an outcome that could not be written: the lease expires
+        except Exception as e:  # nothing could be written: the lease is given back
             self._count(errors=1)
             log(
                 self.logger,
                 logging.ERROR,
-                "task outcome not written; its lease will expire",
+                "task outcome not written; its lease is given back",
                 task_id=str(task.task_id),
                 error=f"{type(e).__name__}: {e}",
             )
+            self._release_quietly(lease, "its outcome could not be written")
         finally:
             with self._running_lock:
-                self._leases.pop(key, None)
-                self._threads.pop(key, None)
+                if self._leases.get(key) is lease:  # not a later claim of the same task
+                    self._leases.pop(key, None)
+                    self._threads.pop(key, None)
                 self._running_lock.notify_all()
 
     def _attempt(self, task: Task) -> int:
@@ -317,7 +365,7 @@ class Worker:
         return 1
 
     def _run_handler(self, task: Task, lease: Lease, handler: Handler) -> None:
-        ctx = Context(task, self._attempt(task), lease, self.keel)
+        ctx = Context(task, self._attempt(task), lease, self.keel, self._stopping)
         started = time.monotonic()
         log(
             self.logger,
@@ -365,7 +413,24 @@ class Worker:
         with lease.lock:
             try:
                 lease.check()
-                self._write_outcome(ctx, handler, result, outcome, fields)
+                try:
+                    self._write_outcome(ctx, handler, result, outcome, fields)
+                except KeelError as refused:
+                    if isinstance(refused, LeaseLost):
+                        raise
+                    # The outcome the handler chose is refused (its payload, its edge, its
+                    # wake time): the task fails instead, with the refusal as its error.
+                    log(
+                        self.logger,
+                        logging.ERROR,
+                        "the database refused the outcome; failing the task instead",
+                        refusal=error_of(refused),
+                        **fields,
+                    )
+                    instead = Fail(
+                        f"the outcome was refused: {refused.message} [{refused.sqlstate}]"
+                    )
+                    self._write_outcome(ctx, handler, None, instead, fields)
             except Cancelled as e:
                 if not lease.released:
                     self._count(lost=1)
@@ -476,6 +541,7 @@ class Worker:
                         "task error",
                         to_state=mapped,
                         error=error_of(error),
+                        traceback=trace_of(error),
                         **fields,
                     )
                 elif isinstance(error, Fail | StepFailed) or ctx.attempt >= handler.max_attempts:
@@ -492,6 +558,7 @@ class Worker:
                         "task failed",
                         to_state=handler.failed_state,
                         error=error_of(error),
+                        traceback=trace_of(error),
                         **fields,
                     )
                 else:
@@ -518,14 +585,29 @@ class Worker:
                         "task retried",
                         retry_in_seconds=round(delay.total_seconds(), 3),
                         error=error_of(error),
+                        traceback=trace_of(error),
                         **fields,
                     )
         lease.ended = True
 
+    def _release_quietly(self, lease: Lease, reason: str) -> None:
+        try:
+            self._release(lease, reason)
+        except Exception as e:  # the lease then expires
+            log(
+                self.logger,
+                logging.ERROR,
+                "lease not given back; it will expire",
+                task_id=str(lease.task_id),
+                error=f"{type(e).__name__}: {e}",
+            )
+
     def _release(self, lease: Lease, reason: str, wait: timedelta | None = None) -> bool:
-        """Give a held lease back (due again now, or after wait); False if it was not held."""
+        """Give a held lease back (due again now, or after wait); False if it was not held
+        (ended, or past its deadline: then it is not sent, the lease expires on its own)."""
         with lease.lock:
-            if lease.ended:
+            if lease.ended or lease.expired():
+                lease.cancel(reason)
                 return False
             lease.cancel(reason)
             lease.ended = True
@@ -561,8 +643,13 @@ class Worker:
                 conn.close()
 
     def _renew(self, lease: Lease, conn: psycopg.Connection | None) -> psycopg.Connection | None:
-        """Renew one lease; the heartbeat's connection (made again when it broke)."""
-        with lease.lock:
+        """Renew one lease; the heartbeat's connection (made again when it broke). A lease
+        whose lock a write holds is skipped this round, so one slow call never holds up
+        the other leases' renewals."""
+        if not lease.lock.acquire(blocking=False):
+            return conn
+        with contextlib.ExitStack() as held:
+            held.callback(lease.lock.release)
             if lease.ended or lease.cancelled.is_set():
                 return conn
             if lease.expired():
@@ -613,11 +700,18 @@ class Worker:
                 )
 
 
+def trace_of(error: BaseException) -> str:
+    """The handler's traceback, for the log (never stored: events get error_of)."""
+    return "".join(traceback.format_exception(error)).rstrip()
+
+
 def missing_edges(
     registry: Registry, workflow: str, states: dict[str, tuple[bool, list[str]]]
 ) -> list[str]:
     """The edges ``from -> to`` a worker may write in one version of a workflow (its states:
-    terminal, targets) that it does not have, in order."""
+    terminal, targets) that it does not have, in order: from every non-terminal state a
+    handler may leave its task in, a self-edge, and edges to its failed state and to the
+    states its ``errors`` map to."""
     missing: list[str] = []
     for state in sorted(states):
         handler = registry.find(workflow, state)
@@ -630,7 +724,8 @@ def missing_edges(
                     seen.add(target)
                     frontier.append(target)
         for at in sorted(seen):
-            needs = [handler.failed_state] + ([at] if handler.max_attempts > 1 else [])
+            # A retry or snooze (a step's retry_later snoozes too) is a self-edge.
+            needs = [handler.failed_state, at, *handler.errors.values()]
             for target in needs:
                 edge = f"{at} -> {target}"
                 if target not in states[at][1] and edge not in missing:
