@@ -271,3 +271,20 @@ def test_sigterm_with_a_dsn_removes_what_the_bench_made(migrated_db):
         if bench.poll() is None:
             bench.kill()
     assert leftovers(migrated_db) == ((0,), (0,), (0,), (0,))
+
+
+def test_the_worker_workload_runs_both_runtimes_and_leaves_nothing(migrated_db):
+    """--workload worker: the agentkeel worker and procrastinate's each finish every one of
+    their no-op tasks (a run that finished none would report what it liked), alternating,
+    and nothing is left behind."""
+    result = run_agentkeel(
+        "bench", "--dsn", migrated_db, "--workload", "worker", "--worker-tasks", "200",
+        "--workers", "4", "--repeats", "1", "--format", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)["worker"]
+    assert [(f["runtime"], f["tasks"], f["note"]) for f in figures] == [
+        ("agentkeel worker", 200, ""), ("procrastinate worker", 200, "")
+    ]  # fmt: skip
+    assert all(f["per_second"] > 0 for f in figures)
+    assert leftovers(migrated_db) == ((0,), (0,), (0,), (0,))

@@ -712,3 +712,53 @@ def test_the_attempt_starts_again_at_one_after_the_handler_moved_its_task(worker
         ("transition", "done", None),
     ]
     app.conn.close()
+
+
+# -- OpenTelemetry ------------------------------------------------------------------------------
+def test_a_run_and_its_steps_are_spans_in_the_tasks_trace(worker_db):
+    """With opentelemetry installed and a tracer provider set: the handler run is an
+    invoke_agent span whose parent is the task's trace context, each step an execute_tool
+    span inside it, marked reused or started; the task's events carry the same trace id."""
+    sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    if trace.get_tracer_provider() is not provider:  # set once per process
+        pytest.skip("another tracer provider was set in this process first")
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("traces").tenant_id
+    trace_id, span_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    task = app.create_task(tenant, workflow, 1, trace_id=trace_id, span_id=span_id).task_id
+    runs: list[int] = []
+    registry = Registry()
+
+    @registry.handler(workflow, backoff_base=timedelta(seconds=0.05))
+    def handle(ctx: Context) -> str:
+        runs.append(1)
+        ctx.step("search", {"q": 1}, lambda: {"hits": 3})
+        if len(runs) == 1:
+            raise RuntimeError("once")
+        return "done"
+
+    with Running(worker_db, registry):
+        wait_for(lambda: app.get_task(tenant, task).state == "done", "the task")  # type: ignore[union-attr]
+    spans = exporter.get_finished_spans()
+    agent = [s for s in spans if s.name == f"invoke_agent {workflow}"]
+    tools = [s for s in spans if s.name == "execute_tool search"]
+    assert len(agent) == 2 and len(tools) == 2
+    for s in agent:
+        assert s.context.trace_id == int(trace_id, 16)
+        assert s.parent is not None and s.parent.span_id == int(span_id, 16)
+        assert s.attributes["gen_ai.operation.name"] == "invoke_agent"
+        assert s.attributes["agentkeel.task_id"] == str(task)
+    assert [t.attributes["agentkeel.step.outcome"] for t in tools] == ["started", "reused"]
+    assert {t.parent.span_id for t in tools} == {s.context.span_id for s in agent}  # type: ignore[union-attr]
+    assert not agent[0].status.is_ok and agent[1].status.is_ok
+    assert {e.trace_id for e in app.task_events(tenant, task)} == {trace_id}
+    app.conn.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,9 @@ from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
     "--workload",
     "workloads",
     multiple=True,
-    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay", "payload", "noisy"]),
+    type=click.Choice([*WORKLOAD_NAMES, "policy", "relay", "payload", "noisy", "worker"]),
     help="What to measure (repeatable). Default: every workload except empty-claim, policy,"
-    " relay, payload and noisy; peer-procrastinate when procrastinate is installed.",
+    " relay, payload, noisy and worker; peer-procrastinate when procrastinate is installed.",
 )
 @click.option(
     "--workers",
@@ -75,6 +76,13 @@ from agentkeel.workloads import DEFAULT_WORKLOADS, SLICE_S, WORKLOAD_NAMES
     show_default=True,
     type=click.IntRange(1, 1_000_000),
     help="relay: messages per case.",
+)
+@click.option(
+    "--worker-tasks",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="worker: tasks (and procrastinate jobs) per run; concurrency: each --workers count.",
 )
 @click.option(
     "--backlog",
@@ -121,6 +129,7 @@ def bench(
     sustained: bool,
     rows: int,
     relay_messages: int,
+    worker_tasks: int,
     backlog: int,
     nats_url: str,
     driver: str,
@@ -136,7 +145,9 @@ def bench(
     `--backlog N`, to a file again while N messages are held behind in-flight keys);
     `--workload payload` what keel.check_payload costs on 64 KiB payloads of several
     shapes; `--workload noisy` what one tenant's load costs another's claims (tasks behind
-    another tenant's row locks, messages behind another tenant's flood)."""
+    another tenant's row locks, messages behind another tenant's flood); `--workload worker`
+    the worker runtime's tasks per second with a no-op handler, against procrastinate's
+    worker with a no-op task."""
     counts = _worker_counts(workers)
     chosen = list(workloads) or list(DEFAULT_WORKLOADS)
     if any(w.startswith("peer-") for w in chosen):
@@ -178,6 +189,9 @@ def bench(
         if "noisy" in chosen:
             document["noisy"] = _bench_noisy(target, as_json)
             chosen.remove("noisy")
+        if "worker" in chosen:
+            document["worker"] = _bench_worker(target, worker_tasks, counts, repeats, as_json)
+            chosen.remove("worker")
         if not chosen:
             if as_json:
                 out.print_json(json.dumps(document))
@@ -469,6 +483,61 @@ def _bench_relay(
             r.note if r.per_second is None else f"{r.per_second:,.0f}",
         )
     out.print(table)
+    return figures
+
+
+def _bench_worker(
+    target: str, tasks: int, counts: list[int], repeats: int, as_json: bool
+) -> list[dict[str, Any]]:
+    """The worker runtime against procrastinate's, alternating; print the table unless
+    as_json. Returns the figures."""
+    from agentkeel.bench_worker import run_worker_bench
+
+    figures: list[dict[str, Any]] = []
+    for concurrency in counts:
+        say_progress(
+            f"the worker: {tasks:,} no-op tasks at concurrency {concurrency}, against "
+            "procrastinate's worker"
+        )
+        for r in run_worker_bench(target, tasks, concurrency, repeats):
+            figures.append(
+                {
+                    "runtime": r.runtime,
+                    "concurrency": r.concurrency,
+                    "tasks": r.tasks,
+                    "seconds": r.seconds,
+                    "per_second": r.per_second,
+                    "note": r.note,
+                }
+            )
+    if as_json:
+        return figures
+    table = Table(
+        "runtime", "concurrency", "tasks", "seconds", "tasks/s", title="worker runtimes, no-op"
+    )
+    for f in figures:
+        table.add_row(
+            f["runtime"],
+            str(f["concurrency"]),
+            f"{f['tasks']:,}",
+            "" if f["seconds"] is None else f"{f['seconds']:.2f}",
+            f["note"] if f["per_second"] is None else f"{f['per_second']:,.0f}",
+        )
+    out.print(table)
+    for concurrency in counts:
+        ours = [
+            f["per_second"]
+            for f in figures
+            if f["concurrency"] == concurrency and f["runtime"] == "agentkeel worker"
+        ]
+        peer = [
+            f["per_second"]
+            for f in figures
+            if f["concurrency"] == concurrency and f["runtime"] != "agentkeel worker"
+        ]
+        if ours and all(peer) and peer:
+            ratio = statistics.median(ours) / statistics.median(peer)
+            out.print(f"concurrency {concurrency}: agentkeel / procrastinate = {ratio:.2f}x")
     return figures
 
 

@@ -19,6 +19,7 @@ from agentkeel.client.rows import Checkpoint, Json, Task
 from agentkeel.errors import LeaseLost
 from agentkeel.worker.lease import Lease
 from agentkeel.worker.outcomes import Cancelled, Fail, Snooze, StepFailed
+from agentkeel.worker.tracing import mark, step_span
 
 KeelOf = Callable[[], AbstractContextManager[Keel]]
 
@@ -50,14 +51,17 @@ class Context:
     def __init__(
         self,
         task: Task,
-        attempt: int,
+        attempt: int | Callable[[], int],
         lease: Lease,
         keel_of: KeelOf,
         stopping: threading.Event | None = None,
     ) -> None:
         self.task = task
         self._stopping = stopping or threading.Event()
-        self.attempt = attempt  # 1 for the first run in this state, n after n - 1 retries
+        # 1 for the first run in this state, n after n - 1 retries; read from the history
+        # when first asked (a handler that succeeds never pays for it).
+        self._attempt = attempt if isinstance(attempt, int) else None
+        self._attempt_of = attempt if callable(attempt) else (lambda: 1)
         self._lease = lease
         self._keel_of = keel_of
         self.moved = False  # the handler moved the task (transition)
@@ -96,6 +100,17 @@ class Context:
     @property
     def cancelled(self) -> bool:
         return self._lease.cancelled.is_set()
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first run in this state, n after n - 1 retries."""
+        if self._attempt is None:
+            self._attempt = self._attempt_of()
+        return self._attempt
+
+    @attempt.setter
+    def attempt(self, value: int) -> None:
+        self._attempt = value
 
     @property
     def stopping(self) -> bool:
@@ -198,27 +213,31 @@ class Context:
         the attempt is opened and committed, ``fn()`` runs with no transaction open, and
         its result (JSON) is stored. If ``fn`` raises, the attempt is stored as failed
         (retryable unless it raised Fail) and the exception goes on to the runtime."""
-        done, value = self._begin(key, input)
-        if done:
-            return value
-        try:
-            result = fn()
-        except Exception as e:
-            self._fail_step(key, e)
-            raise
-        return self._complete_step(key, result)
+        with step_span(key) as span:
+            done, value = self._begin(key, input)
+            mark(span, done)
+            if done:
+                return value
+            try:
+                result = fn()
+            except Exception as e:
+                self._fail_step(key, e)
+                raise
+            return self._complete_step(key, result)
 
     async def step_async(self, key: str, input: Any, fn: Callable[[], Awaitable[Any]]) -> Json:
         """``step`` for an async handler: ``fn`` is an async function."""
-        done, value = await asyncio.to_thread(self._begin, key, input)
-        if done:
-            return value
-        try:
-            result = await fn()
-        except Exception as e:
-            await asyncio.to_thread(self._fail_step, key, e)
-            raise
-        return await asyncio.to_thread(self._complete_step, key, result)
+        with step_span(key) as span:
+            done, value = await asyncio.to_thread(self._begin, key, input)
+            mark(span, done)
+            if done:
+                return value
+            try:
+                result = await fn()
+            except Exception as e:
+                await asyncio.to_thread(self._fail_step, key, e)
+                raise
+            return await asyncio.to_thread(self._complete_step, key, result)
 
     def _begin(self, key: str, input: Any) -> tuple[bool, Json]:
         with self.keel() as keel:

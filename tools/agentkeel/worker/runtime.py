@@ -41,6 +41,7 @@ from agentkeel.worker.context import Context, error_of
 from agentkeel.worker.lease import Lease
 from agentkeel.worker.outcomes import Cancelled, Fail, MoveTo, Retry, Snooze, StepFailed
 from agentkeel.worker.registry import Handler, Registry
+from agentkeel.worker.tracing import run_span
 
 LOGGER = "agentkeel.worker"
 
@@ -365,7 +366,7 @@ class Worker:
         return 1
 
     def _run_handler(self, task: Task, lease: Lease, handler: Handler) -> None:
-        ctx = Context(task, self._attempt(task), lease, self.keel, self._stopping)
+        ctx = Context(task, lambda: self._attempt(task), lease, self.keel, self._stopping)
         started = time.monotonic()
         log(
             self.logger,
@@ -374,16 +375,16 @@ class Worker:
             task_id=str(task.task_id),
             tenant_id=str(task.tenant_id),
             state=task.state,
-            attempt=ctx.attempt,
             trace_id=task.trace_id,
         )
         outcome: BaseException | None = None
         result: Any = None
         try:
-            if inspect.iscoroutinefunction(handler.fn):
-                result = asyncio.run(self._run_async(handler, ctx, lease))
-            else:
-                result = handler.fn(ctx)
+            with run_span(task):
+                if inspect.iscoroutinefunction(handler.fn):
+                    result = asyncio.run(self._run_async(handler, ctx, lease))
+                else:
+                    result = handler.fn(ctx)
         except Cancelled as e:
             outcome = e
         except asyncio.CancelledError:
@@ -395,7 +396,6 @@ class Worker:
             "task_id": str(task.task_id),
             "tenant_id": str(task.tenant_id),
             "state": task.state,
-            "attempt": ctx.attempt,
             "seconds": round(time.monotonic() - started, 3),
         }
         if isinstance(outcome, Cancelled) or lease.cancelled.is_set():
@@ -539,6 +539,7 @@ class Worker:
                         self.logger,
                         logging.WARNING,
                         "task error",
+                        attempt=ctx.attempt,
                         to_state=mapped,
                         error=error_of(error),
                         traceback=trace_of(error),
@@ -556,6 +557,7 @@ class Worker:
                         self.logger,
                         logging.WARNING,
                         "task failed",
+                        attempt=ctx.attempt,
                         to_state=handler.failed_state,
                         error=error_of(error),
                         traceback=trace_of(error),
@@ -583,6 +585,7 @@ class Worker:
                         self.logger,
                         logging.INFO,
                         "task retried",
+                        attempt=ctx.attempt,
                         retry_in_seconds=round(delay.total_seconds(), 3),
                         error=error_of(error),
                         traceback=trace_of(error),
