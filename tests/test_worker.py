@@ -6,6 +6,7 @@ mode and on the Citus cluster."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -761,4 +762,43 @@ def test_a_run_and_its_steps_are_spans_in_the_tasks_trace(worker_db):
     assert {t.parent.span_id for t in tools} == {s.context.span_id for s in agent}  # type: ignore[union-attr]
     assert not agent[0].status.is_ok and agent[1].status.is_ok
     assert {e.trace_id for e in app.task_events(tenant, task)} == {trace_id}
+    app.conn.close()
+
+
+def test_returned_states_are_written_in_batches(worker_db, migrated_db):
+    """Runs that return their next state are settled by keel.transition_tasks, many in a
+    call (River's batch completer): fewer calls than tasks, and no single-call transition;
+    each task still has exactly its one event."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(
+            sql.SQL("alter database {} set track_functions = 'pl'").format(sql.Identifier(name))
+        )
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("batches").tenant_id
+    tasks = [app.create_task(tenant, workflow, 1).task_id for _ in range(64)]
+    gate = threading.Barrier(8, timeout=30)
+    registry = Registry()
+
+    @registry.handler(workflow)
+    def handle(ctx: Context) -> str:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            gate.wait()  # eight runs end together, as under load
+        return "done"
+
+    with Running(worker_db, registry, concurrency=8):
+        wait_for(lambda: all(app.get_task(tenant, t).state == "done" for t in tasks), "the tasks")  # type: ignore[union-attr]
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("select pg_stat_force_next_flush()")
+        calls = dict(
+            conn.execute(
+                "select funcname, calls from pg_stat_user_functions where schemaname = 'keel'"
+                " and funcname in ('transition_tasks', 'transition_task')"
+            ).fetchall()
+        )
+    assert calls.get("transition_task", 0) == 0
+    assert 1 <= calls["transition_tasks"] < len(tasks)
+    for t in tasks:
+        assert [e.to_state for e in events(worker_db, tenant, t)] == ["queued", "done"]
     app.conn.close()

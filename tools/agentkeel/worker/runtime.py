@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,6 +37,7 @@ from agentkeel.worker.attempts import (
     backoff,
     runs_so_far,
 )
+from agentkeel.worker.completer import Completer
 from agentkeel.worker.context import Context, error_of
 from agentkeel.worker.lease import Lease
 from agentkeel.worker.outcomes import Cancelled, Fail, MoveTo, Retry, Snooze, StepFailed
@@ -106,11 +107,13 @@ class Worker:
         self._leases: dict[Any, Lease] = {}
         self._threads: dict[Any, threading.Thread] = {}
         self._running_lock = threading.Condition()
+        self._busy = 0  # handlers running (their leases are in _leases until settled)
         self._stopping = threading.Event()
         self._hurry = threading.Event()  # a second signal: give everything back now
         self._done = threading.Event()  # shut down: the heartbeat ends
         self._connect_kwargs: dict[str, Any] = {}
         self.pool: ConnectionPool | None = None
+        self._completer: Completer | None = None
         names = config.workflows or tuple(registry.workflows)
         unknown = sorted(set(names) - set(registry.workflows))
         if unknown:
@@ -127,13 +130,14 @@ class Worker:
             self._hurry.set()
             log(self.logger, logging.WARNING, "second signal: giving every lease back now")
         else:
-            log(self.logger, logging.INFO, "stopping: no new claims", running=len(self._leases))
+            log(self.logger, logging.INFO, "stopping: no new claims", running=self._busy)
         self._stopping.set()
         with self._running_lock:
             self._running_lock.notify_all()
 
     def run(self) -> Stats:
         self.pool = self._open_pool()
+        self._completer = Completer(self.keel, self.logger)
         try:
             self._check_login()
             self._check_workflows()
@@ -152,6 +156,7 @@ class Worker:
             self._shut_down()
         finally:
             self._stopping.set()
+            self._completer.close()
             self._done.set()
             self.pool.close()
         log(self.logger, logging.INFO, "worker stopped", **self.stats.as_dict())
@@ -265,9 +270,9 @@ class Worker:
         last_progress = time.monotonic()
         while not self._stopping.is_set():
             with self._running_lock:
-                while len(self._leases) >= self.config.concurrency and not self._stopping.is_set():
+                while self._free() <= 0 and not self._stopping.is_set():
                     self._running_lock.wait(self.config.poll_interval)
-                free = self.config.concurrency - len(self._leases)
+                free = self._free()
             if self._stopping.is_set():
                 break
             claimed = 0
@@ -309,17 +314,34 @@ class Worker:
             with self._running_lock:
                 self._leases[key] = lease
                 self._threads[key] = thread
+                self._busy += 1
             thread.start()
         return len(tasks)
 
-    def _progress(self) -> None:
-        log(
-            self.logger, logging.INFO, "progress", running=len(self._leases), **self.stats.as_dict()
+    def _free(self) -> int:
+        """Handlers that may start now: concurrency less the running ones. A run whose
+        handler returned frees its slot while its outcome is written, but no more than
+        concurrency leases wait on their outcomes at once. Under _running_lock."""
+        return min(
+            self.config.concurrency - self._busy, 2 * self.config.concurrency - len(self._leases)
         )
+
+    def _progress(self) -> None:
+        log(self.logger, logging.INFO, "progress", running=self._busy, **self.stats.as_dict())
 
     # -- one task ------------------------------------------------------------------------
     def _run_task(self, task: Task, lease: Lease) -> None:
         key = (task.tenant_id, task.task_id)
+        freed = False
+
+        def free_slot() -> None:
+            nonlocal freed
+            if not freed:
+                freed = True
+                with self._running_lock:
+                    self._busy -= 1
+                    self._running_lock.notify_all()
+
         try:
             handler = self.registry.find(task.workflow, task.state)
             if handler is None:
@@ -333,7 +355,7 @@ class Worker:
                     state=task.state,
                 )
                 return
-            self._run_handler(task, lease, handler)
+            self._run_handler(task, lease, handler, free_slot)
         except Exception as e:  # nothing could be written: the lease is given back
             self._count(errors=1)
             log(
@@ -345,6 +367,7 @@ class Worker:
             )
             self._release_quietly(lease, "its outcome could not be written")
         finally:
+            free_slot()
             with self._running_lock:
                 if self._leases.get(key) is lease:  # not a later claim of the same task
                     self._leases.pop(key, None)
@@ -365,7 +388,9 @@ class Worker:
                     return runs + 1
         return 1
 
-    def _run_handler(self, task: Task, lease: Lease, handler: Handler) -> None:
+    def _run_handler(
+        self, task: Task, lease: Lease, handler: Handler, free_slot: Callable[[], None]
+    ) -> None:
         ctx = Context(task, lambda: self._attempt(task), lease, self.keel, self._stopping)
         started = time.monotonic()
         log(
@@ -391,6 +416,7 @@ class Worker:
             outcome = Cancelled(lease.reason or "cancelled")
         except Exception as e:
             outcome = e
+        free_slot()  # the handler is done: another may start while its outcome is written
         self._count(refused_writes=ctx.refused_writes)
         fields = {
             "task_id": str(task.task_id),
@@ -410,46 +436,42 @@ class Worker:
                 **fields,
             )
             return
-        with lease.lock:
+        try:
             try:
-                lease.check()
-                try:
-                    self._write_outcome(ctx, handler, result, outcome, fields)
-                except KeelError as refused:
-                    if isinstance(refused, LeaseLost):
-                        raise
-                    # The outcome the handler chose is refused (its payload, its edge, its
-                    # wake time): the task fails instead, with the refusal as its error.
-                    log(
-                        self.logger,
-                        logging.ERROR,
-                        "the database refused the outcome; failing the task instead",
-                        refusal=error_of(refused),
-                        **fields,
-                    )
-                    instead = Fail(
-                        f"the outcome was refused: {refused.message} [{refused.sqlstate}]"
-                    )
-                    self._write_outcome(ctx, handler, None, instead, fields)
-            except Cancelled as e:
-                if not lease.released:
-                    self._count(lost=1)
+                self._settle(ctx, handler, result, outcome, fields)
+            except KeelError as refused:
+                if isinstance(refused, LeaseLost):
+                    raise
+                # The outcome the handler chose is refused (its payload, its edge, its
+                # wake time): the task fails instead, with the refusal as its error.
                 log(
                     self.logger,
-                    logging.WARNING,
-                    "task stopped before its outcome was written",
-                    reason=e.reason,
+                    logging.ERROR,
+                    "the database refused the outcome; failing the task instead",
+                    refusal=error_of(refused),
                     **fields,
                 )
-            except LeaseLost as e:
-                self._count(lost=1, refused_writes=1)
-                log(
-                    self.logger,
-                    logging.WARNING,
-                    "the database refused the lease",
-                    reason=e.message,
-                    **fields,
-                )
+                instead = Fail(f"the outcome was refused: {refused.message} [{refused.sqlstate}]")
+                self._settle(ctx, handler, None, instead, fields)
+        except Cancelled as e:
+            if not lease.released:
+                self._count(lost=1)
+            log(
+                self.logger,
+                logging.WARNING,
+                "task stopped before its outcome was written",
+                reason=e.reason,
+                **fields,
+            )
+        except LeaseLost as e:
+            self._count(lost=1, refused_writes=1)
+            log(
+                self.logger,
+                logging.WARNING,
+                "the database refused the lease",
+                reason=e.message,
+                **fields,
+            )
 
     async def _run_async(self, handler: Handler, ctx: Context, lease: Lease) -> Any:
         """An async handler in an event loop of its own, cancelled (CancelledError at its
@@ -466,6 +488,27 @@ class Worker:
             return await job
         finally:
             lease.forget(cancel)
+
+    def _settle(
+        self,
+        ctx: Context,
+        handler: Handler,
+        result: Any,
+        error: BaseException | None,
+        fields: dict[str, Any],
+    ) -> None:
+        """Write the run's outcome: a returned state through the batch completer, anything
+        else as one guarded call under the lease's lock."""
+        lease = ctx._lease
+        if error is None and isinstance(result, str):
+            assert self._completer is not None
+            moved = self._completer.complete(lease, ctx.task, result)
+            self._count(done=1)
+            log(self.logger, logging.INFO, "task moved", to_state=moved.state, **fields)
+            return
+        with lease.lock:
+            lease.check()
+            self._write_outcome(ctx, handler, result, error, fields)
 
     def _write_outcome(
         self,
@@ -489,11 +532,7 @@ class Worker:
                     **kwargs,
                 )
 
-            if error is None and isinstance(result, str):
-                task = move(result, release_lease=True)
-                self._count(done=1)
-                log(self.logger, logging.INFO, "task moved", to_state=task.state, **fields)
-            elif error is None and ctx.moved:
+            if error is None and ctx.moved:
                 if ctx.task.lease_owner is not None:
                     keel.release_lease(ctx.tenant_id, ctx.task_id, lease.token)
                 self._count(done=1)
