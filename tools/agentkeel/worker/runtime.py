@@ -78,7 +78,7 @@ class Stats:
     failed: int = 0  # tasks moved to their failed (or an error's) state
     lost: int = 0  # runs stopped by a lost lease
     released: int = 0  # leases given back at shutdown or for want of a handler
-    errors: int = 0  # outcomes that could not be written (the lease then expires)
+    errors: int = 0  # outcomes that could not be written (the lease is given back)
     refused_writes: int = 0  # writes the database refused for a lost lease
 
     def as_dict(self) -> dict[str, int]:
@@ -105,7 +105,6 @@ class Worker:
         self.stats = Stats()
         self._stats_lock = threading.Lock()
         self._leases: dict[Any, Lease] = {}
-        self._threads: dict[Any, threading.Thread] = {}
         self._running_lock = threading.Condition()
         self._busy = 0  # handlers running (their leases are in _leases until settled)
         self._stopping = threading.Event()
@@ -313,7 +312,6 @@ class Worker:
             )
             with self._running_lock:
                 self._leases[key] = lease
-                self._threads[key] = thread
                 self._busy += 1
             thread.start()
         return len(tasks)
@@ -371,7 +369,6 @@ class Worker:
             with self._running_lock:
                 if self._leases.get(key) is lease:  # not a later claim of the same task
                     self._leases.pop(key, None)
-                    self._threads.pop(key, None)
                 self._running_lock.notify_all()
 
     def _attempt(self, task: Task) -> int:
@@ -563,73 +560,26 @@ class Worker:
                         "the handler returned without moving the task (return a state, call "
                         "ctx.transition, or raise)"
                     )
-                mapped = next(
-                    (s for cls, s in handler.errors.items() if isinstance(error, cls)), None
+                failure = decide(ctx, handler, error)
+                move(
+                    failure.to_state,
+                    event_type=failure.event,
+                    release_lease=True,
+                    payload=failure.payload,
+                    wake_at=failure.wake_at,
                 )
-                if mapped is not None:
-                    move(
-                        mapped,
-                        event_type=ERROR_EVENT,
-                        release_lease=True,
-                        payload={"attempt": ctx.attempt, "error": error_of(error)},
-                    )
-                    self._count(failed=1)
-                    log(
-                        self.logger,
-                        logging.WARNING,
-                        "task error",
-                        attempt=ctx.attempt,
-                        to_state=mapped,
-                        error=error_of(error),
-                        traceback=trace_of(error),
-                        **fields,
-                    )
-                elif isinstance(error, Fail | StepFailed) or ctx.attempt >= handler.max_attempts:
-                    move(
-                        handler.failed_state,
-                        event_type=FAILED_EVENT,
-                        release_lease=True,
-                        payload={"attempts": ctx.attempt, "error": error_of(error)},
-                    )
-                    self._count(failed=1)
-                    log(
-                        self.logger,
-                        logging.WARNING,
-                        "task failed",
-                        attempt=ctx.attempt,
-                        to_state=handler.failed_state,
-                        error=error_of(error),
-                        traceback=trace_of(error),
-                        **fields,
-                    )
-                else:
-                    delay = (
-                        error.delay
-                        if isinstance(error, Retry) and error.delay is not None
-                        else backoff(ctx.attempt, handler.backoff_base, handler.backoff_cap)
-                    )
-                    move(
-                        ctx.state,
-                        event_type=RETRY_EVENT,
-                        release_lease=True,
-                        payload={
-                            "attempt": ctx.attempt,
-                            "error": error_of(error),
-                            "retry_in_seconds": round(delay.total_seconds(), 3),
-                        },
-                        wake_at=datetime.now(UTC) + delay,
-                    )
-                    self._count(retried=1)
-                    log(
-                        self.logger,
-                        logging.INFO,
-                        "task retried",
-                        attempt=ctx.attempt,
-                        retry_in_seconds=round(delay.total_seconds(), 3),
-                        error=error_of(error),
-                        traceback=trace_of(error),
-                        **fields,
-                    )
+                self._count(**{failure.counter: 1})
+                log(
+                    self.logger,
+                    failure.level,
+                    failure.message,
+                    attempt=ctx.attempt,
+                    to_state=failure.to_state,
+                    error=error_of(error),
+                    traceback=trace_of(error),
+                    **failure.fields,
+                    **fields,
+                )
         lease.ended = True
 
     def _release_quietly(self, lease: Lease, reason: str) -> None:
@@ -740,6 +690,51 @@ class Worker:
                     task_id=str(lease.task_id),
                     tenant_id=str(lease.tenant_id),
                 )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a handler's exception is written as: a retry, its failed state, or the state
+    its class maps to."""
+
+    to_state: str
+    event: str
+    payload: dict[str, Any]
+    counter: str  # the Stats field it adds to
+    message: str  # the log line
+    level: int
+    wake_at: datetime | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def decide(ctx: Context, handler: Handler, error: BaseException) -> Failure:
+    """The outcome of a run that raised (or returned without moving its task)."""
+    mapped = next((s for cls, s in handler.errors.items() if isinstance(error, cls)), None)
+    if mapped is not None:
+        payload = {"attempt": ctx.attempt, "error": error_of(error)}
+        return Failure(mapped, ERROR_EVENT, payload, "failed", "task error", logging.WARNING)
+    if isinstance(error, Fail | StepFailed) or ctx.attempt >= handler.max_attempts:
+        payload = {"attempts": ctx.attempt, "error": error_of(error)}
+        return Failure(
+            handler.failed_state, FAILED_EVENT, payload, "failed", "task failed", logging.WARNING
+        )
+    delay = (
+        error.delay
+        if isinstance(error, Retry) and error.delay is not None
+        else backoff(ctx.attempt, handler.backoff_base, handler.backoff_cap)
+    )
+    seconds = round(delay.total_seconds(), 3)
+    payload = {"attempt": ctx.attempt, "error": error_of(error), "retry_in_seconds": seconds}
+    return Failure(
+        ctx.state,
+        RETRY_EVENT,
+        payload,
+        "retried",
+        "task retried",
+        logging.INFO,
+        wake_at=datetime.now(UTC) + delay,
+        fields={"retry_in_seconds": seconds},
+    )
 
 
 def trace_of(error: BaseException) -> str:
