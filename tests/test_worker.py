@@ -247,7 +247,7 @@ class AgentWorld:
     def start(self, *args: str, lease: float = 1.0) -> subprocess.Popen[str]:
         env = {**os.environ, "AGENTKEEL_TEST_CALLS": str(self.calls)}
         env.pop("AGENTKEEL_DSN", None)
-        process = subprocess.Popen(
+        process = spawn(
             [
                 *AGENTKEEL,
                 "worker",
@@ -263,11 +263,8 @@ class AgentWorld:
                 "json",
                 *args,
             ],
-            env=env,
-            cwd=self.calls,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            self.calls,
+            env,
         )
         self.processes.append(process)
         return process
@@ -289,7 +286,7 @@ class AgentWorld:
         for process in self.processes:
             if process.poll() is None:
                 process.kill()
-            process.communicate(timeout=60)
+            process.wait(timeout=60)
         self.app.conn.close()
 
 
@@ -303,11 +300,33 @@ def world(target: Target, tmp_path: Path) -> Iterator[AgentWorld]:
         w.close()
 
 
+# Each worker process's stderr, in a file: a pipe nobody reads until the end would fill
+# and block the worker's logging (and with it its signal handler) on a busy run.
+LOGS: dict[int, Path] = {}
+
+
+def spawn(argv: list[str], folder: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    path = folder / f"worker-{uuid.uuid4().hex[:8]}.log"
+    with path.open("w") as log:
+        process = subprocess.Popen(
+            argv, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=log, text=True
+        )
+    LOGS[process.pid] = path
+    return process
+
+
 def stop(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, list[dict[str, Any]]]:
     """SIGTERM, then the exit code and the JSON log lines."""
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=timeout)
-    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        text = LOGS[process.pid].read_text()
+        raise AssertionError(f"the worker did not stop on SIGTERM; its log:\n{text}") from None
+    text = LOGS[process.pid].read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     return process.returncode, lines
 
 
@@ -554,13 +573,13 @@ def test_the_guide_runs_as_written(worker_db, migrated_db, tmp_path):
     def calls() -> list[str]:
         return [line.split()[0] for line in bill.read_text().splitlines()] if bill.exists() else []
 
-    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    first = spawn(argv, tmp_path, env)
     try:
         wait_for(lambda: calls() == ["outline", "draft"], "the draft call")
     finally:
         first.kill()
         first.wait(timeout=60)
-    second = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    second = spawn(argv, tmp_path, env)
     try:
         tenant = uuid.UUID("0190aaaa-0000-7000-8000-000000000001")
         app = keel(worker_db)
@@ -801,4 +820,96 @@ def test_returned_states_are_written_in_batches(worker_db, migrated_db):
     assert 1 <= calls["transition_tasks"] < len(tasks)
     for t in tasks:
         assert [e.to_state for e in events(worker_db, tenant, t)] == ["queued", "done"]
+    app.conn.close()
+
+
+def test_refused_outcomes_under_load_neither_exhaust_the_pool_nor_lose_leases(worker_db):
+    """200 runs at concurrency 4 returning a state their workflow has no edge to: each
+    outcome is refused (55K02) and the task fails instead, writing from a connection taken
+    before its lease's lock; the pool (2 x concurrency + 2) never runs dry, no lease is lost
+    and no write is refused for a lost lease."""
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("refused-load").tenant_id
+    with app.transaction(tenant) as tx:
+        tx.execute(
+            "select keel.create_task(%s, %s, 1) from generate_series(1, 200)", (tenant, workflow)
+        )
+    registry = Registry()
+    registry.handler(workflow)(lambda ctx: "nowhere")
+    with Running(worker_db, registry, concurrency=4) as worker:
+        wait_for(lambda: worker.stats.failed == 200, "every task to fail")
+    assert (worker.stats.lost, worker.stats.errors, worker.stats.refused_writes) == (0, 0, 0)
+    app.conn.close()
+
+
+def test_a_batch_the_database_refuses_whole_is_written_item_by_item(worker_db, migrated_db):
+    """settings.max_batch_items lowered to 4 under a worker of concurrency 8 (claims and
+    batches fit it), and one run returning a state jsonb cannot hold (a NUL byte): that
+    task alone is not moved; every other task ends done after one run, none failed."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        conn.execute("update keel.settings set value = '4' where setting = 'max_batch_items'")
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("whole").tenant_id
+    poison = app.create_task(tenant, workflow, 1, metadata={"poison": True}).task_id
+    tasks = [app.create_task(tenant, workflow, 1).task_id for _ in range(24)]
+    runs: dict[uuid.UUID, int] = {}
+    gate = threading.Barrier(8, timeout=5)
+    registry = Registry()
+
+    @registry.handler(workflow)
+    def handle(ctx: Context) -> str:
+        runs[ctx.task_id] = runs.get(ctx.task_id, 0) + 1
+        with contextlib.suppress(threading.BrokenBarrierError):
+            gate.wait()  # runs end together: batches form
+        return "done\x00" if ctx.metadata.get("poison") else "done"
+
+    with Running(worker_db, registry, concurrency=8):
+        wait_for(lambda: all(app.get_task(tenant, t).state == "done" for t in tasks), "the tasks")  # type: ignore[union-attr]
+    assert all(runs[t] == 1 for t in tasks), runs
+    assert app.get_task(tenant, poison).state == "queued"  # type: ignore[union-attr]
+    app.conn.close()
+
+
+def test_a_lock_timeout_in_a_batch_is_retried_as_the_single_call(worker_db, migrated_db):
+    """A run returns done while another session holds its task's row for 1.5 s, past the
+    login's 1 s lock_timeout: the batch refuses the item with a lock timeout (not one of
+    agentkeel's refusals), so the item is written again as the single call, which gets the
+    row once it is free. The task ends done after its one run: the timeout is not taken
+    for a refusal of the outcome (which would fail the task)."""
+    with psycopg.connect(migrated_db, autocommit=True) as conn:
+        login = conninfo.conninfo_to_dict(worker_db)["user"]
+        conn.execute(
+            sql.SQL("alter role {} set lock_timeout = '1s'").format(sql.Identifier(str(login)))
+        )
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("lock-timeout").tenant_id
+    task = app.create_task(tenant, workflow, 1).task_id
+    returning, locked = threading.Event(), threading.Event()
+    runs: list[int] = []
+    registry = Registry()
+
+    @registry.handler(workflow)
+    def handle(ctx: Context) -> str:
+        runs.append(1)
+        returning.set()
+        locked.wait(30)
+        return "done"
+
+    locker = psycopg.connect(migrated_db)
+    try:
+        with Running(worker_db, registry, lease=timedelta(seconds=30)):
+            wait_for(returning.is_set, "the run")
+            locker.execute("select 1 from keel.tasks where task_id = %s for update", (task,))
+            locked.set()
+            time.sleep(1.5)
+            locker.rollback()
+            wait_for(lambda: app.get_task(tenant, task).state != "queued", "the outcome")  # type: ignore[union-attr]
+    finally:
+        locker.close()
+    assert app.get_task(tenant, task).state == "done"  # type: ignore[union-attr]
+    assert len(runs) == 1
+    assert [e.to_state for e in events(worker_db, tenant, task)] == ["queued", "done"]
     app.conn.close()

@@ -28,6 +28,7 @@ from agentkeel.client.rows import Task
 from agentkeel.errors import KeelError, LeaseLost
 from agentkeel.logs import log
 from agentkeel.pooler import is_pooled
+from agentkeel.recover import fit_limit
 from agentkeel.worker.attempts import (
     ERROR_EVENT,
     FAILED_EVENT,
@@ -113,6 +114,7 @@ class Worker:
         self._connect_kwargs: dict[str, Any] = {}
         self.pool: ConnectionPool | None = None
         self._completer: Completer | None = None
+        self._batch_limit = 1000
         names = config.workflows or tuple(registry.workflows)
         unknown = sorted(set(names) - set(registry.workflows))
         if unknown:
@@ -136,7 +138,9 @@ class Worker:
 
     def run(self) -> Stats:
         self.pool = self._open_pool()
-        self._completer = Completer(self.keel, self.logger)
+        with self.keel() as keel:  # settings.max_batch_items bounds claims and batches
+            self._batch_limit = fit_limit(keel.conn, 1000)
+        self._completer = Completer(self.keel, self.logger, min(500, self._batch_limit))
         try:
             self._check_login()
             self._check_workflows()
@@ -168,21 +172,24 @@ class Worker:
                 if is_pooled(conn):
                     kwargs["prepare_threshold"] = None
         self._connect_kwargs = kwargs
-        # One connection per running handler and one for the claims (the heartbeat has
-        # its own).
+        # A connection for each run that may be calling the database (its handler's, or
+        # its outcome's once the handler returned: 2 x concurrency), one for the claims and
+        # one for the batch completer (the heartbeat has its own).
         return ConnectionPool(
             self.config.dsn,
             min_size=1,
-            max_size=self.config.concurrency + 1,
+            max_size=2 * self.config.concurrency + 2,
             kwargs=kwargs,
             open=True,
             name="agentkeel-worker",
         )
 
     @contextmanager
-    def keel(self) -> Iterator[Keel]:
+    def keel(self, timeout: float | None = None) -> Iterator[Keel]:
+        """A client on a pooled connection (waiting for one up to timeout, else the
+        pool's 30 seconds)."""
         assert self.pool is not None
-        with self.pool.connection() as conn:
+        with self.pool.connection(timeout=timeout) as conn:
             yield Keel(conn, key_provider=self.config.key_provider, detect_pooler=False)
 
     def _count(self, **deltas: int) -> None:
@@ -283,13 +290,15 @@ class Worker:
                     if claimed >= free:
                         break
                 turn += 1
-            except psycopg.Error as e:
+            except (psycopg.Error, KeelError) as e:
                 log(
                     self.logger,
                     logging.WARNING,
                     "claim failed; trying again",
                     error=f"{type(e).__name__}: {e}".strip(),
                 )
+                with contextlib.suppress(psycopg.Error), self.keel() as keel:
+                    self._batch_limit = fit_limit(keel.conn, self._batch_limit)
                 self._stopping.wait(self.config.poll_interval)
                 continue
             now = time.monotonic()
@@ -301,6 +310,7 @@ class Worker:
 
     def _claim(self, workflow: str, limit: int) -> int:
         sent = time.monotonic()
+        limit = min(limit, self._batch_limit)
         with self.keel() as keel:
             tasks = keel.claim_next_tasks(self.config.name, limit, self.config.lease, workflow)
         self._count(claimed=len(tasks))
@@ -503,83 +513,87 @@ class Worker:
             self._count(done=1)
             log(self.logger, logging.INFO, "task moved", to_state=moved.state, **fields)
             return
-        with lease.lock:
+        if error is not None or not ctx.moved:
+            ctx.attempt  # noqa: B018 - read from the history now, not under the lock below
+        # The connection first, then the lease's lock, and the lease checked once both are
+        # held: a wait for the pool never holds the lock, nor is sent past the deadline.
+        with self.keel() as keel, lease.lock:
             lease.check()
-            self._write_outcome(ctx, handler, result, error, fields)
+            self._write_outcome(ctx, handler, keel, result, error, fields)
 
     def _write_outcome(
         self,
         ctx: Context,
         handler: Handler,
+        keel: Keel,
         result: Any,
         error: BaseException | None,
         fields: dict[str, Any],
     ) -> None:
         """One guarded transition with its event, or the lease given back."""
         lease = ctx._lease
-        with self.keel() as keel:
 
-            def move(to_state: str, **kwargs: Any) -> Task:
-                return keel.transition_task(
-                    ctx.tenant_id,
-                    ctx.task_id,
-                    ctx.task.state_version,
-                    to_state,
-                    fencing_token=lease.token,
-                    **kwargs,
-                )
+        def move(to_state: str, **kwargs: Any) -> Task:
+            return keel.transition_task(
+                ctx.tenant_id,
+                ctx.task_id,
+                ctx.task.state_version,
+                to_state,
+                fencing_token=lease.token,
+                **kwargs,
+            )
 
-            if error is None and ctx.moved:
-                if ctx.task.lease_owner is not None:
-                    keel.release_lease(ctx.tenant_id, ctx.task_id, lease.token)
-                self._count(done=1)
-                log(self.logger, logging.INFO, "task moved", to_state=ctx.task.state, **fields)
-            elif isinstance(error, Snooze):
-                move(
-                    ctx.state,
-                    event_type=SNOOZE_EVENT,
-                    release_lease=True,
-                    payload={"seconds": error.delay.total_seconds()},
-                    wake_at=datetime.now(UTC) + error.delay,
+        if error is None and ctx.moved:
+            if ctx.task.lease_owner is not None:
+                keel.release_lease(ctx.tenant_id, ctx.task_id, lease.token)
+            self._count(done=1)
+            log(self.logger, logging.INFO, "task moved", to_state=ctx.task.state, **fields)
+        elif isinstance(error, Snooze):
+            move(
+                ctx.state,
+                event_type=SNOOZE_EVENT,
+                release_lease=True,
+                payload={"seconds": error.delay.total_seconds()},
+                wake_at=datetime.now(UTC) + error.delay,
+            )
+            self._count(snoozed=1)
+            log(
+                self.logger,
+                logging.INFO,
+                "task snoozed",
+                delay_seconds=error.delay.total_seconds(),
+                **fields,
+            )
+        elif isinstance(error, MoveTo):
+            move(error.state, payload=error.payload, release_lease=True)
+            self._count(done=1)
+            log(self.logger, logging.INFO, "task moved", to_state=error.state, **fields)
+        else:
+            if error is None:
+                error = RuntimeError(
+                    "the handler returned without moving the task (return a state, call "
+                    "ctx.transition, or raise)"
                 )
-                self._count(snoozed=1)
-                log(
-                    self.logger,
-                    logging.INFO,
-                    "task snoozed",
-                    delay_seconds=error.delay.total_seconds(),
-                    **fields,
-                )
-            elif isinstance(error, MoveTo):
-                move(error.state, payload=error.payload, release_lease=True)
-                self._count(done=1)
-                log(self.logger, logging.INFO, "task moved", to_state=error.state, **fields)
-            else:
-                if error is None:
-                    error = RuntimeError(
-                        "the handler returned without moving the task (return a state, call "
-                        "ctx.transition, or raise)"
-                    )
-                failure = decide(ctx, handler, error)
-                move(
-                    failure.to_state,
-                    event_type=failure.event,
-                    release_lease=True,
-                    payload=failure.payload,
-                    wake_at=failure.wake_at,
-                )
-                self._count(**{failure.counter: 1})
-                log(
-                    self.logger,
-                    failure.level,
-                    failure.message,
-                    attempt=ctx.attempt,
-                    to_state=failure.to_state,
-                    error=error_of(error),
-                    traceback=trace_of(error),
-                    **failure.fields,
-                    **fields,
-                )
+            failure = decide(ctx, handler, error)
+            move(
+                failure.to_state,
+                event_type=failure.event,
+                release_lease=True,
+                payload=failure.payload,
+                wake_at=failure.wake_at,
+            )
+            self._count(**{failure.counter: 1})
+            log(
+                self.logger,
+                failure.level,
+                failure.message,
+                attempt=ctx.attempt,
+                to_state=failure.to_state,
+                error=error_of(error),
+                traceback=trace_of(error),
+                **failure.fields,
+                **fields,
+            )
         lease.ended = True
 
     def _release_quietly(self, lease: Lease, reason: str) -> None:
@@ -597,7 +611,9 @@ class Worker:
     def _release(self, lease: Lease, reason: str, wait: timedelta | None = None) -> bool:
         """Give a held lease back (due again now, or after wait); False if it was not held
         (ended, or past its deadline: then it is not sent, the lease expires on its own)."""
-        with lease.lock:
+        # The connection first, then the lock; at shutdown a pool that stays dry (the
+        # database gone) does not hold the exit up for long: the lease then expires.
+        with self.keel(timeout=5.0) as keel, lease.lock:
             if lease.ended or lease.expired():
                 lease.cancel(reason)
                 return False
@@ -605,13 +621,12 @@ class Worker:
             lease.ended = True
             lease.released = True
             try:
-                with self.keel() as keel:
-                    keel.release_lease(
-                        lease.tenant_id,
-                        lease.task_id,
-                        lease.token,
-                        wake_at=datetime.now(UTC) + wait if wait else None,
-                    )
+                keel.release_lease(
+                    lease.tenant_id,
+                    lease.task_id,
+                    lease.token,
+                    wake_at=datetime.now(UTC) + wait if wait else None,
+                )
             except LeaseLost:
                 return False
             self._count(released=1)
@@ -682,7 +697,18 @@ class Worker:
                 self._running_lock.wait(min(left, 0.2))
             leases = list(self._leases.values())
         for lease in leases:
-            if self._release(lease, "the worker is shutting down"):
+            try:
+                released = self._release(lease, "the worker is shutting down")
+            except Exception as e:  # the database is gone: the lease expires
+                log(
+                    self.logger,
+                    logging.ERROR,
+                    "lease not given back at shutdown; it will expire",
+                    task_id=str(lease.task_id),
+                    error=f"{type(e).__name__}: {e}",
+                )
+                continue
+            if released:
                 log(
                     self.logger,
                     logging.WARNING,
