@@ -423,9 +423,12 @@ def test_past_the_shutdown_timeout_the_leases_are_given_back_at_once(world):
     released (due again now), nothing more is written for them, the worker exits 0, and
     another worker finishes the tasks with the steps done before reused."""
     tasks = [world.task(block="call") for _ in range(3)]
-    first = world.start("--concurrency", "3", "--shutdown-timeout", "0.2", lease=30)
+    first = world.start(
+        "--concurrency", "3", "--shutdown-timeout", "0.2", "--progress-interval", "0.2", lease=30
+    )
     for t in tasks:
         wait_for(lambda t=t: world.waiting(t, "call"), "every task to reach its second step")
+    time.sleep(0.5)  # every slot is busy: the progress line still comes
     code, logs = stop(first)
     assert code == 0
     given_back = {
@@ -434,6 +437,8 @@ def test_past_the_shutdown_timeout_the_leases_are_given_back_at_once(world):
     assert given_back == {str(t) for t in tasks}
     final = next(line for line in logs if line["event"] == "worker stopped")
     assert (final["released"], final["lost"], final["refused_writes"]) == (3, 0, 0)
+    progress = [line for line in logs if line["event"] == "progress"]
+    assert progress and all(p["running"] <= 3 and p["per_second"] >= 0 for p in progress)
     for t in tasks:
         row = world.state(t)
         assert row.lease_owner is None and row.state == "queued"

@@ -115,6 +115,7 @@ class Worker:
         self.pool: ConnectionPool | None = None
         self._completer: Completer | None = None
         self._batch_limit = 1000
+        self._last_progress = (time.monotonic(), 0)  # when, and tasks settled by then
         names = config.workflows or tuple(registry.workflows)
         unknown = sorted(set(names) - set(registry.workflows))
         if unknown:
@@ -273,11 +274,11 @@ class Worker:
     # -- claiming ------------------------------------------------------------------------
     def _claim_loop(self) -> None:
         turn = 0
-        last_progress = time.monotonic()
         while not self._stopping.is_set():
             with self._running_lock:
                 while self._free() <= 0 and not self._stopping.is_set():
                     self._running_lock.wait(self.config.poll_interval)
+                    self._progress()
                 free = self._free()
             if self._stopping.is_set():
                 break
@@ -301,10 +302,7 @@ class Worker:
                     self._batch_limit = fit_limit(keel.conn, self._batch_limit)
                 self._stopping.wait(self.config.poll_interval)
                 continue
-            now = time.monotonic()
-            if now - last_progress >= self.config.progress_interval:
-                last_progress = now
-                self._progress()
+            self._progress()
             if claimed == 0:
                 self._stopping.wait(self.config.poll_interval)
 
@@ -335,7 +333,24 @@ class Worker:
         )
 
     def _progress(self) -> None:
-        log(self.logger, logging.INFO, "progress", running=self._busy, **self.stats.as_dict())
+        """The progress line, once per progress_interval: the counts, and tasks settled
+        per second since the last line."""
+        now = time.monotonic()
+        if now - self._last_progress[0] < self.config.progress_interval:
+            return
+        counts = self.stats.as_dict()
+        settled = sum(counts[k] for k in ("done", "retried", "snoozed", "failed"))
+        seconds = max(now - self._last_progress[0], 1e-9)
+        per_second = round((settled - self._last_progress[1]) / seconds, 1)
+        self._last_progress = (now, settled)
+        log(
+            self.logger,
+            logging.INFO,
+            "progress",
+            running=self._busy,
+            per_second=per_second,
+            **counts,
+        )
 
     # -- one task ------------------------------------------------------------------------
     def _run_task(self, task: Task, lease: Lease) -> None:
