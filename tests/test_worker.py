@@ -30,6 +30,7 @@ import citus_cluster
 from agentkeel.client import Keel
 from agentkeel.client.rows import TaskEvent
 from agentkeel.worker import (
+    Cancelled,
     Config,
     Context,
     Fail,
@@ -917,4 +918,37 @@ def test_a_lock_timeout_in_a_batch_is_retried_as_the_single_call(worker_db, migr
     assert app.get_task(tenant, task).state == "done"  # type: ignore[union-attr]
     assert len(runs) == 1
     assert [e.to_state for e in events(worker_db, tenant, task)] == ["queued", "done"]
+    app.conn.close()
+
+
+def test_a_handler_raising_systemexit_or_its_own_cancellation_is_retried(worker_db):
+    """SystemExit from a handler's own code, and a Cancelled its lease never got, are errors
+    like any (retries), not a lost lease: nothing is left leased. A handler that moved its
+    task to a terminal state and also returns it has one outcome, counted done."""
+    workflow = _workflow(worker_db, EDGES)
+    app = keel(worker_db)
+    tenant = app.create_tenant("escapes").tenant_id
+    task = app.create_task(tenant, workflow, 1).task_id
+    runs: list[int] = []
+    registry = Registry()
+
+    @registry.handler(workflow, backoff_base=timedelta(seconds=0.05))
+    def handle(ctx: Context) -> str:
+        runs.append(1)
+        if len(runs) == 1:
+            raise SystemExit(2)
+        if len(runs) == 2:
+            raise Cancelled("the handler's own")
+        ctx.transition("done")
+        return "done"
+
+    with Running(worker_db, registry) as worker:
+        wait_for(lambda: app.get_task(tenant, task).state == "done", "the task")  # type: ignore[union-attr]
+        wait_for(lambda: worker.stats.done == 1, "the count")
+    kinds = [(e.event_type, e.to_state) for e in events(worker_db, tenant, task)[1:]]
+    assert kinds == [
+        ("RETRY_SCHEDULED", "queued"), ("RETRY_SCHEDULED", "queued"), ("transition", "done")
+    ]  # fmt: skip
+    assert (worker.stats.retried, worker.stats.lost, worker.stats.errors) == (2, 0, 0)
+    assert app.get_task(tenant, task).lease_owner is None  # type: ignore[union-attr]
     app.conn.close()

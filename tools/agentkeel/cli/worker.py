@@ -99,6 +99,7 @@ def worker(
     handlers finish (--shutdown-timeout), then give the other leases back; a second signal
     gives them back at once. Needs a login in keel_worker. Checkpoints use the key in
     $AGENTKEEL_CHECKPOINT_KEY when it is set. Guide: docs/worker.md."""
+    import logging
     import os
     import sys
     import threading
@@ -108,6 +109,7 @@ def worker(
     from agentkeel.worker import Config, ConfigError, load_registry, run_worker
     from agentkeel.worker.registry import AppNotFound
     from agentkeel.worker.runtime import LOGGER, LoginRefused
+    from agentkeel.worker.tracing import flush_tracing
 
     try:
         registry = load_registry(app)
@@ -130,9 +132,16 @@ def worker(
     logger = configure(log_level, LOGGER, json_lines=log_format == "json")
     try:
         run_worker(config, registry, logger)
-        if any(t.is_alive() and not t.daemon for t in threading.enumerate()[1:]):
+        main_thread = threading.main_thread()
+        if any(
+            t.is_alive() and not t.daemon and t is not main_thread for t in threading.enumerate()
+        ):
             # A handler's executor thread (asyncio.to_thread) stuck in a provider call
-            # would hold the exit; every lease is given back or ended by now.
+            # would hold the exit; every lease is given back or ended by now. The exit
+            # handlers would wait for it too: flush what they would have.
+            flush_tracing()
+            logging.shutdown()
+            sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
     except ConfigError as e:

@@ -162,6 +162,11 @@ class Completer:
 
     def _send_one(self, keel: Keel, tenant: uuid.UUID, item: _Item) -> None:
         try:
+            item.lease.check()  # the batch before it may have taken a while
+        except Cancelled as e:
+            item.finish(e)
+            return
+        try:
             task = keel.transition_task(
                 tenant,
                 item.task.task_id,

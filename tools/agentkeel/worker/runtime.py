@@ -139,12 +139,12 @@ class Worker:
 
     def run(self) -> Stats:
         self.pool = self._open_pool()
-        with self.keel() as keel:  # settings.max_batch_items bounds claims and batches
-            self._batch_limit = fit_limit(keel.conn, 1000)
-        self._completer = Completer(self.keel, self.logger, min(500, self._batch_limit))
         try:
             self._check_login()
             self._check_workflows()
+            with self.keel() as keel:  # settings.max_batch_items bounds claims and batches
+                self._batch_limit = fit_limit(keel.conn, 1000)
+            self._completer = Completer(self.keel, self.logger, min(500, self._batch_limit))
             log(
                 self.logger,
                 logging.INFO,
@@ -157,12 +157,16 @@ class Worker:
             heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
             heartbeat.start()
             self._claim_loop()
-            self._shut_down()
         finally:
+            # Also after an unexpected error: what runs may finish, what is held goes back.
             self._stopping.set()
-            self._completer.close()
-            self._done.set()
-            self.pool.close()
+            try:
+                self._shut_down()
+            finally:
+                if self._completer is not None:
+                    self._completer.close()
+                self._done.set()
+                self.pool.close()
         log(self.logger, logging.INFO, "worker stopped", **self.stats.as_dict())
         return self.stats
 
@@ -379,7 +383,7 @@ class Worker:
                 )
                 return
             self._run_handler(task, lease, handler, free_slot)
-        except Exception as e:  # nothing could be written: the lease is given back
+        except BaseException as e:  # nothing could be written: the lease is given back
             self._count(errors=1)
             log(
                 self.logger,
@@ -432,11 +436,12 @@ class Worker:
                     result = asyncio.run(self._run_async(handler, ctx, lease))
                 else:
                     result = handler.fn(ctx)
-        except Cancelled as e:
-            outcome = e
-        except asyncio.CancelledError:
-            outcome = Cancelled(lease.reason or "cancelled")
-        except Exception as e:
+        except (Cancelled, asyncio.CancelledError) as e:
+            if lease.cancelled.is_set():
+                outcome = Cancelled(lease.reason or "cancelled")
+            else:  # the handler's own cancellation, not its lease's: an error like any
+                outcome = RuntimeError(f"the handler raised {type(e).__name__}: {e}")
+        except BaseException as e:  # SystemExit from a handler's own code counts as well
             outcome = e
         free_slot()  # the handler is done: another may start while its outcome is written
         self._count(refused_writes=ctx.refused_writes)
@@ -522,6 +527,12 @@ class Worker:
         """Write the run's outcome: a returned state through the batch completer, anything
         else as one guarded call under the lease's lock."""
         lease = ctx._lease
+        if error is None and ctx.moved and lease.ended:
+            # The handler's own transition ended the lease (a terminal state): that was
+            # the outcome; a state it also returned is not written again.
+            self._count(done=1)
+            log(self.logger, logging.INFO, "task moved", to_state=ctx.task.state, **fields)
+            return
         if error is None and isinstance(result, str):
             assert self._completer is not None
             moved = self._completer.complete(lease, ctx.task, result)
@@ -632,9 +643,9 @@ class Worker:
             if lease.ended or lease.expired():
                 lease.cancel(reason)
                 return False
-            lease.cancel(reason)
             lease.ended = True
-            lease.released = True
+            lease.released = True  # before the cancel a handler may wake to
+            lease.cancel(reason)
             try:
                 keel.release_lease(
                     lease.tenant_id,
@@ -687,8 +698,8 @@ class Worker:
                 lease.renewed(sent)
             except LeaseLost as e:
                 lease.cancel(f"the lease was taken over: {e.message}")
-            except (psycopg.Error, KeelError) as e:
-                if conn is not None and conn.broken:
+            except Exception as e:  # the heartbeat goes on: the deadline guards the lease
+                if conn is not None and (not isinstance(e, psycopg.Error) or conn.broken):
                     conn.close()
                 log(
                     self.logger,

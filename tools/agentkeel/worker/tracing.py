@@ -80,3 +80,12 @@ def mark(span: Any, reused: bool) -> None:
     """A step span's outcome: reused (its stored result, not run) or started."""
     if span is not None:
         span.set_attribute("agentkeel.step.outcome", "reused" if reused else "started")
+
+
+def flush_tracing() -> None:
+    """Export the spans still buffered (before an exit that skips the exit handlers)."""
+    if trace is None:
+        return
+    flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if callable(flush):
+        flush()
