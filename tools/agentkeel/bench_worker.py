@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import conninfo, sql
 
+from agentkeel.bench import _remove_tenant
 from agentkeel.client import Keel, set_tenant_context
 from agentkeel.worker import Config, Registry, Worker
 
@@ -104,10 +105,7 @@ def run_keel(dsn: str, tasks: int, concurrency: int) -> WorkerMeasurement:
             thread.join(timeout=60)
     finally:
         with psycopg.connect(dsn, autocommit=True) as owner:
-            with owner.transaction():
-                set_tenant_context(owner, tenant)
-                owner.execute("set local keel.purge = on")
-                owner.execute("delete from keel.tenants where tenant_id = %s", (tenant,))
+            _remove_tenant(owner, tenant)
             owner.execute("delete from keel.workflows where workflow = %s", (workflow,))
             owner.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login)))
     return WorkerMeasurement("agentkeel worker", concurrency, tasks, seconds)
