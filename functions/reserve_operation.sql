@@ -38,8 +38,7 @@ declare
     v_now timestamptz := clock_timestamp();
     v_expires timestamptz;
     v_op keel.operations;
-    v_outcome text;
-    v_attempts integer;
+    v_round integer;
 begin
     perform keel.require_tenant(p_tenant_id);
     perform keel.check_operation_request(
@@ -64,55 +63,76 @@ begin
         end if;
     end if;
 
-    insert into keel.operations as o (
-        tenant_id, task_id, idempotency_key, action, input_hash, state, attempts,
-        reserved_fencing_token, trace_id, span_id, created_at, updated_at, expires_at
-    )
-    values (
-        p_tenant_id, p_task_id, p_idempotency_key, p_action, p_input_hash, 'reserved', 1,
-        p_fencing_token, p_trace_id, p_span_id, v_now, v_now, v_expires
-    )
-    on conflict on constraint operations_idempotency_key_key do nothing
-    returning o.* into v_op;
-
-    if found then
-        v_outcome := 'reserved';
-    else
+    -- A replay reads its key and writes nothing, unless it retries: no row lock, and no
+    -- insert that would wait on a transaction finishing the operation. A key's action, input
+    -- hash and task never change and a stored outcome is final, so the read is enough; the
+    -- transaction then commits without waiting for a WAL flush.
+    -- Round 1 reads the key and inserts it when it is new (on conflict: another
+    -- reservation inserted it first, read it again). A retry (state retryable) is one
+    -- UPDATE that takes it only while the row is still retryable, so of concurrent retries
+    -- one reserves and the others read what it left (in_progress, or a later state).
+    for v_round in 1..3 loop
         select o.* into v_op
         from keel.operations as o
-        where o.tenant_id = p_tenant_id and o.idempotency_key = p_idempotency_key
-        for update;
+        where o.tenant_id = p_tenant_id and o.idempotency_key = p_idempotency_key;
         if not found then
-            raise exception using
-                errcode = '40001',
-                message = format('idempotency key %s is being reserved concurrently', p_idempotency_key),
-                hint = 'Retry the transaction.';
+            if v_round > 1 then
+                raise exception using
+                    errcode = '40001',
+                    message = format('idempotency key %s is being reserved concurrently', p_idempotency_key),
+                    hint = 'Retry the transaction.';
+            end if;
+            insert into keel.operations as o (
+                tenant_id, task_id, idempotency_key, action, input_hash, state, attempts,
+                reserved_fencing_token, trace_id, span_id, created_at, updated_at, expires_at
+            )
+            values (
+                p_tenant_id, p_task_id, p_idempotency_key, p_action, p_input_hash, 'reserved', 1,
+                p_fencing_token, p_trace_id, p_span_id, v_now, v_now, v_expires
+            )
+            on conflict on constraint operations_idempotency_key_key do nothing
+            returning o.* into v_op;
+            if found then
+                return query select
+                    'reserved'::text, v_op.operation_id, v_op.state, v_op.attempts, v_op.result,
+                    v_op.error, v_op.provider_reference, v_op.reserved_fencing_token;
+                return;
+            end if;
+            continue;  -- inserted by another reservation since the read: read it
         end if;
 
         perform keel.check_operation_replay(v_op, p_action, p_input_hash, p_task_id);
 
-        if v_op.state = 'retryable' then
-            v_attempts := v_op.attempts + 1;
-            update keel.operations as o
-            set
-                state = 'reserved',
-                error = null,
-                attempts = v_attempts,
-                reserved_fencing_token = p_fencing_token,
-                updated_at = v_now
-            where o.tenant_id = p_tenant_id and o.operation_id = v_op.operation_id
-            returning o.* into v_op;
-            v_outcome := 'reserved';
-        elsif v_op.state = 'reserved' then
-            v_outcome := 'in_progress';
-        else
-            v_outcome := v_op.state;
+        if v_op.state <> 'retryable' then
+            return query select
+                case when v_op.state = 'reserved' then 'in_progress' else v_op.state end,
+                v_op.operation_id, v_op.state, v_op.attempts, v_op.result, v_op.error,
+                v_op.provider_reference, v_op.reserved_fencing_token;
+            return;
         end if;
-    end if;
 
-    return query select
-        v_outcome, v_op.operation_id, v_op.state, v_op.attempts, v_op.result, v_op.error,
-        v_op.provider_reference, v_op.reserved_fencing_token;
+        update keel.operations as o
+        set
+            state = 'reserved',
+            error = null,
+            attempts = o.attempts + 1,
+            reserved_fencing_token = p_fencing_token,
+            updated_at = v_now
+        where o.tenant_id = p_tenant_id and o.operation_id = v_op.operation_id
+            and o.state = 'retryable'
+        returning o.* into v_op;
+        if found then
+            return query select
+                'reserved'::text, v_op.operation_id, v_op.state, v_op.attempts, v_op.result,
+                v_op.error, v_op.provider_reference, v_op.reserved_fencing_token;
+            return;
+        end if;
+        -- Another reservation took the retry between the read and the update: read again.
+    end loop;
+    raise exception using
+        errcode = '40001',
+        message = format('idempotency key %s is being retried concurrently', p_idempotency_key),
+        hint = 'Retry the transaction.';
 end;
 $$;
 

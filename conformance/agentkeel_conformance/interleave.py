@@ -40,6 +40,26 @@ SPECS_DIR = Path(__file__).resolve().parent / "specs"
 BLOCK_TIMEOUT = 30.0
 
 
+def is_citus(control: psycopg.Connection) -> bool:
+    """Whether the database is a Citus coordinator."""
+    row = control.execute("select to_regclass('pg_catalog.citus_lock_waits')").fetchone()
+    return bool(row and row[0])
+
+
+def blocked_query(citus: bool) -> str:
+    """Is session pid %s waiting for one of the pids %s? On Citus a step's lock wait
+    happens on the worker that holds its tenant, as the worker's part of the session's
+    distributed transaction: citus_lock_waits (every node's waits, by global pid) shows
+    it where pg_isolation_test_session_is_blocked, which sees this node only, cannot."""
+    if not citus:
+        return "select pg_isolation_test_session_is_blocked(%s, %s)"
+    return (
+        "select exists (select 1 from pg_catalog.citus_lock_waits as w"
+        " where pg_catalog.citus_pid_for_gpid(w.waiting_gpid) = %s"
+        " and pg_catalog.citus_pid_for_gpid(w.blocking_gpid) = any(%s))"
+    )
+
+
 class SpecError(ValueError):
     """The spec text does not follow the grammar."""
 
@@ -307,20 +327,9 @@ class Runner:
                 delete_tenant(owner, values["tenant"])
 
     def _blocked_query(self, control: psycopg.Connection) -> str:
-        """Is session pid %s waiting for one of the pids %s? On Citus a step's lock wait
-        happens on the worker that holds its tenant, as the worker's part of the session's
-        distributed transaction: citus_lock_waits (every node's waits, by global pid) shows
-        it where pg_isolation_test_session_is_blocked, which sees this node only, cannot."""
         if self._citus is None:
-            row = control.execute("select to_regclass('pg_catalog.citus_lock_waits')").fetchone()
-            self._citus = bool(row and row[0])
-        if not self._citus:
-            return "select pg_isolation_test_session_is_blocked(%s, %s)"
-        return (
-            "select exists (select 1 from pg_catalog.citus_lock_waits as w"
-            " where pg_catalog.citus_pid_for_gpid(w.waiting_gpid) = %s"
-            " and pg_catalog.citus_pid_for_gpid(w.blocking_gpid) = any(%s))"
-        )
+            self._citus = is_citus(control)
+        return blocked_query(self._citus)
 
     def _settle(self, control: psycopg.Connection, running: _Running, pids: dict[str, int]) -> bool:
         """Wait until the step completes (True) or is blocked by another session (False)."""

@@ -281,6 +281,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         caught_by="test_a_reused_key_with_different_input_conflicts",
     ),
     Mutation(
+        name="retry_unguarded",
+        guarantee="G2",
+        breaks="a retry of a retryable key is taken whatever the row's state is by then",
+        file="reserve_operation.sql",
+        edits=(Edit(r"\n            and o\.state = 'retryable'\n", "\n", 1),),
+        caught_by="test_concurrent_retries_of_a_retryable_key_start_one_attempt",
+    ),
+    Mutation(
         name="version_unchecked",
         guarantee="G3",
         breaks="transition without the version check",

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import IdempotencyConflict, InvalidArgument, LeaseLost, OperationNotReserved
-from agentkeel_conformance.harness import race
+from agentkeel_conformance.harness import race, wait_for
+from agentkeel_conformance.interleave import blocked_query, is_citus
 
 pytestmark = pytest.mark.guarantee("G2")
 
@@ -164,6 +166,55 @@ def test_concurrent_reservations_of_one_key_have_exactly_one_owner(connect, tena
     kinds = sorted(r.outcome for _, r in outcomes)
     assert kinds == ["in_progress"] * 5 + ["reserved"]
     assert len({r.operation_id for _, r in outcomes}) == 1
+
+
+def test_concurrent_retries_of_a_retryable_key_start_one_attempt(
+    connect, tenant, direct_connection
+):
+    """A key whose attempt failed retryably is reserved again by two clients while the
+    first one's retry is not committed: the second waits for it, then replays it as in
+    progress. Attempt 2 is started once, never twice.
+    Mutation: retry_unguarded."""
+    first, second, control = Keel(connect()), Keel(connect()), connect()
+    op = first.reserve_operation(tenant, None, "retry", "charge", digest("a"))
+    first.fail_operation(tenant, op.operation_id, None, {"code": "timeout"}, retryable=True)
+    blocked = blocked_query(is_citus(control))
+    with ThreadPoolExecutor(1) as pool:
+        with first.transaction(tenant):
+            retry = first.reserve_operation(tenant, None, "retry", "charge", digest("a"))
+            waiting = pool.submit(
+                second.reserve_operation, tenant, None, "retry", "charge", digest("a")
+            )
+            pids = (second.conn.info.backend_pid, [first.conn.info.backend_pid])
+            wait_for(
+                lambda: waiting.done() or control.execute(blocked, pids).fetchone()[0] or None,
+                "the second reservation to wait for the first one's retry",
+            )
+            assert not waiting.done(), "the second reservation did not wait for the first"
+        replay = waiting.result(timeout=60)
+    assert (retry.outcome, retry.attempts) == ("reserved", 2)
+    assert (replay.outcome, replay.attempts) == ("in_progress", 2)
+
+
+def test_a_replay_waits_for_no_transaction_finishing_the_operation(connect, tenant):
+    """A replay only reads its key: while another transaction finishes the operation (its
+    row updated, not committed), a replay answers at once with what is committed, then
+    with the stored result. A replay that locked the row would wait for the finisher: the
+    lock timeout below turns that wait into a failure.
+    No mutation: the read takes no lock; no function edit plants one."""
+    holder, keel = Keel(connect()), Keel(connect())
+    op = keel.reserve_operation(tenant, None, "held", "charge", digest("a"))
+    with holder.transaction(tenant):
+        holder.complete_operation(tenant, op.operation_id, None, {"ok": True})
+        with keel.transaction(tenant) as conn:
+            conn.execute("set local lock_timeout = '1s'")  # SET LOCAL: Citus propagates it
+            during = keel.reserve_operation(tenant, None, "held", "charge", digest("a"))
+    after = keel.reserve_operation(tenant, None, "held", "charge", digest("a"))
+    assert (during.outcome, after.outcome, after.result) == (
+        "in_progress",
+        "succeeded",
+        {"ok": True},
+    )
 
 
 def test_concurrent_reservations_with_different_input_have_one_winner(connect, tenant):
