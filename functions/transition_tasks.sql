@@ -70,8 +70,23 @@ declare
     v_states text[];
     v_new_versions bigint[];
     v_new_tokens bigint[];
-    v_at integer;
-    v_terminal boolean;
+    -- The plain items' task rows as locked (the columns the checks read), and the rows
+    -- the set path wrote.
+    v_l_ids uuid[];
+    v_l_workflows text[];
+    v_l_versions integer[];
+    v_l_states text[];
+    v_l_state_versions bigint[];
+    v_l_owners text[];
+    v_l_tokens bigint[];
+    v_l_expires timestamptz[];
+    v_w_ids uuid[] := '{}';
+    v_w_seqs bigint[] := '{}';
+    v_w_states text[] := '{}';
+    v_w_versions bigint[] := '{}';
+    v_w_tokens bigint[] := '{}';
+    v_w_traces text[] := '{}';
+    v_w_spans text[] := '{}';
     -- A group of the set path's tasks that go the same way, and its values.
     v_group record;
     v_g_state text;
@@ -80,7 +95,6 @@ declare
     v_g_step text;
     v_g_ids uuid[];
     -- The events of the set path, event i from item i of each (keel.append_events).
-    v_event integer := 0;
     v_e_tasks uuid[];
     v_e_seqs bigint[];
     v_e_types text[];
@@ -96,8 +110,57 @@ declare
 begin
     perform keel.require_tenant(p_tenant_id);
     v_count := keel.check_batch(p_items, array['task_id', 'expected_version', 'to_state']);
+    -- The items read in one pass. The plain ones: fields of the expected JSON types
+    -- (anything else the single call parses, or refuses, itself), an empty payload, no
+    -- outbox message, no wake time, and a task named by no other item (the single calls
+    -- then run in item order); only their fields are read here, so no cast below fails.
     begin
-        perform (i.value ->> 'task_id')::uuid from jsonb_array_elements(p_items) as i (value);
+        select
+            array_agg(p.plain order by p.n),
+            array_agg(p.task_id order by p.n),
+            array_agg(case when p.plain then (p.value ->> 'expected_version')::bigint end order by p.n),
+            array_agg(case when p.plain then p.value ->> 'to_state' end order by p.n),
+            array_agg(case when p.plain then (p.value ->> 'fencing_token')::bigint end order by p.n),
+            array_agg(
+                case when p.plain then coalesce(p.value ->> 'event_type', 'transition') end
+                order by p.n
+            ),
+            array_agg(case when p.plain then p.value ->> 'actor' end order by p.n),
+            array_agg(case when p.plain then p.value ->> 'policy_version' end order by p.n),
+            array_agg(case when p.plain then p.value ->> 'current_step' end order by p.n),
+            array_agg(
+                case when p.plain then coalesce((p.value ->> 'release_lease')::boolean, false) end
+                order by p.n
+            )
+        into v_plain, v_ids, v_versions, v_to_states, v_tokens, v_event_types, v_actors,
+            v_policies, v_steps, v_releases
+        from (
+            select
+                i.n, i.value, i.task_id,
+                jsonb_typeof(i.value -> 'expected_version') = 'number'
+                and (i.value ->> 'expected_version') ~ '^-?[0-9]{1,18}$'
+                and jsonb_typeof(i.value -> 'to_state') = 'string'
+                and (
+                    coalesce(jsonb_typeof(i.value -> 'fencing_token'), 'null') = 'null'
+                    or (
+                        jsonb_typeof(i.value -> 'fencing_token') = 'number'
+                        and (i.value ->> 'fencing_token') ~ '^-?[0-9]{1,18}$'
+                    )
+                )
+                and coalesce(jsonb_typeof(i.value -> 'event_type'), 'null') in ('null', 'string')
+                and coalesce(jsonb_typeof(i.value -> 'actor'), 'null') in ('null', 'string')
+                and coalesce(jsonb_typeof(i.value -> 'policy_version'), 'null') in ('null', 'string')
+                and coalesce(jsonb_typeof(i.value -> 'current_step'), 'null') in ('null', 'string')
+                and coalesce(jsonb_typeof(i.value -> 'release_lease'), 'null') in ('null', 'boolean')
+                and coalesce(i.value -> 'payload', '{}'::jsonb) = '{}'::jsonb
+                and coalesce(i.value -> 'outbox', '[]'::jsonb) = '[]'::jsonb
+                and coalesce(jsonb_typeof(i.value -> 'wake_at'), 'null') = 'null'
+                and count(*) over (partition by i.task_id) = 1 as plain
+            from (
+                select e.value, e.n, (e.value ->> 'task_id')::uuid as task_id
+                from jsonb_array_elements(p_items) with ordinality as e (value, n)
+            ) as i
+        ) as p;
     exception when invalid_text_representation then
         raise exception using
             errcode = '22K01',
@@ -105,102 +168,113 @@ begin
             detail = 'Nothing of the batch was run.';
     end;
 
-    -- The plain items: fields of the expected JSON types (anything else the single call
-    -- parses, or refuses, itself), an empty payload, no outbox message, no wake time, and
-    -- a task named by no other item (the single calls then run in item order).
-    select
-        array_agg(
-            i.value ->> 'task_id' is not null
-            and jsonb_typeof(i.value -> 'expected_version') = 'number'
-            and (i.value ->> 'expected_version') ~ '^-?[0-9]{1,18}$'
-            and jsonb_typeof(i.value -> 'to_state') = 'string'
-            and (
-                coalesce(jsonb_typeof(i.value -> 'fencing_token'), 'null') = 'null'
-                or (
-                    jsonb_typeof(i.value -> 'fencing_token') = 'number'
-                    and (i.value ->> 'fencing_token') ~ '^-?[0-9]{1,18}$'
-                )
-            )
-            and coalesce(jsonb_typeof(i.value -> 'event_type'), 'null') in ('null', 'string')
-            and coalesce(jsonb_typeof(i.value -> 'actor'), 'null') in ('null', 'string')
-            and coalesce(jsonb_typeof(i.value -> 'policy_version'), 'null') in ('null', 'string')
-            and coalesce(jsonb_typeof(i.value -> 'current_step'), 'null') in ('null', 'string')
-            and coalesce(jsonb_typeof(i.value -> 'release_lease'), 'null') in ('null', 'boolean')
-            and coalesce(i.value -> 'payload', '{}'::jsonb) = '{}'::jsonb
-            and coalesce(i.value -> 'outbox', '[]'::jsonb) = '[]'::jsonb
-            and coalesce(jsonb_typeof(i.value -> 'wake_at'), 'null') = 'null'
-            and i.named = 1
-            order by i.n
-        ),
-        array_agg((i.value ->> 'task_id')::uuid order by i.n)
-    into v_plain, v_ids
-    from (
-        select e.value, e.n, count(*) over (partition by (e.value ->> 'task_id')::uuid) as named
-        from jsonb_array_elements(p_items) with ordinality as e (value, n)
-    ) as i;
-    select
-        array_agg(case when v_plain[i.n] then (i.value ->> 'expected_version')::bigint end order by i.n),
-        array_agg(case when v_plain[i.n] then i.value ->> 'to_state' end order by i.n),
-        array_agg(case when v_plain[i.n] then (i.value ->> 'fencing_token')::bigint end order by i.n),
-        array_agg(
-            case when v_plain[i.n] then coalesce(i.value ->> 'event_type', 'transition') end
-            order by i.n
-        ),
-        array_agg(case when v_plain[i.n] then i.value ->> 'actor' end order by i.n),
-        array_agg(case when v_plain[i.n] then i.value ->> 'policy_version' end order by i.n),
-        array_agg(case when v_plain[i.n] then i.value ->> 'current_step' end order by i.n),
-        array_agg(
-            case when v_plain[i.n] then coalesce((i.value ->> 'release_lease')::boolean, false) end
-            order by i.n
-        )
-    into v_versions, v_to_states, v_tokens, v_event_types, v_actors, v_policies, v_steps, v_releases
-    from jsonb_array_elements(p_items) with ordinality as i (value, n);
-
     v_done := array_fill(false, array[v_count]);
     if v_count > 0 and true = any(v_plain) then
         v_plain_ids := array(
             select v_ids[n] from generate_subscripts(v_ids, 1) as n where v_plain[n]
         );
-        v_set_items := '{}';
-        v_set_ids := '{}';
-        v_set_from := '{}';
-        v_set_terminal := '{}';
-        v_set_keep := '{}';
-        -- Their tasks locked in one statement, skipping those another transaction holds
-        -- (their items go the single way below, which waits for each, or times out, as the
-        -- single call does, item by item), and the checks of keel.transition_task on each
-        -- locked row, as of now: the lease (keel.assert_lease), the version, the edge
-        -- (keel.edge_terminal). An item that fails one goes the single way too, which
-        -- refuses it for that reason.
+        -- Their tasks locked in one statement, skipping those another transaction holds;
+        -- then those in a second statement that waits for them (the common holder is a
+        -- claim of another worker that locked a task it then found leased: PostgreSQL keeps
+        -- the lock of a row a FOR UPDATE skipped on recheck until that claim commits). If
+        -- that wait ends in a lock timeout or a deadlock, its items go the single way below,
+        -- which waits for each, or times out, as the single call does, item by item. Then,
+        -- in one statement over the locked rows, the checks of keel.transition_task on each,
+        -- as of now: the lease (keel.assert_lease), the version, the edge
+        -- (keel.edge_terminal, once per distinct edge). An item that fails one goes the
+        -- single way too, which refuses it for that reason.
         v_now := clock_timestamp();
-        for v_task in
-            select t.*
+        -- (Columns, not whole rows: on Citus a whole row reads as the shard's row type.)
+        select
+            coalesce(array_agg(l.task_id), '{}'), array_agg(l.workflow),
+            array_agg(l.workflow_version), array_agg(l.state), array_agg(l.state_version),
+            array_agg(l.lease_owner), array_agg(l.fencing_token), array_agg(l.lease_expires_at)
+        into v_l_ids, v_l_workflows, v_l_versions, v_l_states, v_l_state_versions, v_l_owners,
+            v_l_tokens, v_l_expires
+        from (
+            select
+                t.task_id, t.workflow, t.workflow_version, t.state, t.state_version,
+                t.lease_owner, t.fencing_token, t.lease_expires_at
             from keel.tasks as t
             where t.tenant_id = p_tenant_id and t.task_id = any(v_plain_ids)
             order by t.task_id
             for update skip locked
-        loop
-            -- The item's place: plain items name a task no other item names.
-            v_at := array_position(v_ids, v_task.task_id);
-            continue when v_task.state_version <> v_versions[v_at];
-            if v_tokens[v_at] is null then
-                continue when v_task.lease_expires_at > v_now;
-            else
-                continue when v_task.lease_owner is null
-                    or v_task.fencing_token <> v_tokens[v_at]
-                    or not coalesce(v_task.lease_expires_at > v_now, false);
-            end if;
-            v_terminal := keel.edge_terminal(
-                v_task.workflow, v_task.workflow_version, v_task.state, v_to_states[v_at]
-            );
-            continue when v_terminal is null;
-            v_set_items := v_set_items || v_at;
-            v_set_ids := v_set_ids || v_task.task_id;
-            v_set_from := v_set_from || v_task.state;
-            v_set_terminal := v_set_terminal || v_terminal;
-            v_set_keep := v_set_keep
-                || (v_tokens[v_at] is not null and not v_terminal and not v_releases[v_at]);
-        end loop;
+        ) as l;
+        if cardinality(v_l_ids) < cardinality(v_plain_ids) then
+            begin
+                select
+                    v_l_ids || coalesce(array_agg(l.task_id), '{}'),
+                    v_l_workflows || array_agg(l.workflow),
+                    v_l_versions || array_agg(l.workflow_version),
+                    v_l_states || array_agg(l.state),
+                    v_l_state_versions || array_agg(l.state_version),
+                    v_l_owners || array_agg(l.lease_owner),
+                    v_l_tokens || array_agg(l.fencing_token),
+                    v_l_expires || array_agg(l.lease_expires_at)
+                into v_l_ids, v_l_workflows, v_l_versions, v_l_states, v_l_state_versions,
+                    v_l_owners, v_l_tokens, v_l_expires
+                from (
+                    select
+                        t.task_id, t.workflow, t.workflow_version, t.state, t.state_version,
+                        t.lease_owner, t.fencing_token, t.lease_expires_at
+                    from keel.tasks as t
+                    where t.tenant_id = p_tenant_id
+                        and t.task_id = any(v_plain_ids)
+                        and t.task_id <> all(v_l_ids)
+                    order by t.task_id
+                    for update
+                ) as l;
+            exception when lock_not_available or deadlock_detected then
+                null;  -- those items go the single way
+            end;
+        end if;
+        with checked as materialized (
+            select
+                i.n, l.task_id, l.workflow, l.workflow_version, l.state, i.to_state,
+                i.token is not null and not i.release as may_keep
+            from unnest(
+                v_l_ids, v_l_workflows, v_l_versions, v_l_states, v_l_state_versions,
+                v_l_owners, v_l_tokens, v_l_expires
+            ) as l (
+                task_id, workflow, workflow_version, state, state_version, lease_owner,
+                fencing_token, lease_expires_at
+            )
+            inner join unnest(v_ids, v_versions, v_tokens, v_to_states, v_releases, v_plain)
+                with ordinality as i (task_id, version, token, to_state, release, plain, n)
+                on i.task_id = l.task_id and i.plain
+            where l.state_version = i.version
+                and case
+                    when i.token is null then not coalesce(l.lease_expires_at > v_now, false)
+                    else l.lease_owner is not null
+                        and l.fencing_token = i.token
+                        and coalesce(l.lease_expires_at > v_now, false)
+                end
+        ),
+        -- Each distinct edge looked up once (a batch of a worker's tasks has one).
+        edges as materialized (
+            select
+                d.workflow, d.workflow_version, d.state, d.to_state,
+                keel.edge_terminal(d.workflow, d.workflow_version, d.state, d.to_state)
+                    as terminal
+            from (
+                select distinct c.workflow, c.workflow_version, c.state, c.to_state
+                from checked as c
+            ) as d
+        )
+        select
+            coalesce(array_agg(c.n order by c.n), '{}'),
+            coalesce(array_agg(c.task_id order by c.n), '{}'),
+            coalesce(array_agg(c.state order by c.n), '{}'),
+            coalesce(array_agg(e.terminal order by c.n), '{}'),
+            coalesce(array_agg(c.may_keep and not e.terminal order by c.n), '{}')
+        into v_set_items, v_set_ids, v_set_from, v_set_terminal, v_set_keep
+        from checked as c
+        inner join edges as e
+            on e.workflow = c.workflow
+            and e.workflow_version = c.workflow_version
+            and e.state = c.state
+            and e.to_state = c.to_state
+        where e.terminal is not null;
     end if;
 
     if cardinality(v_set_ids) > 0 then
@@ -243,26 +317,44 @@ begin
                     where t.tenant_id = p_tenant_id and t.task_id = any(v_g_ids)
                     returning t.*
                 loop
-                    v_at := v_set_items[array_position(v_set_ids, v_task.task_id)];
-                    v_event := v_event + 1;
-                    v_e_tasks[v_event] := v_task.task_id;
-                    v_e_seqs[v_event] := v_task.last_event_seq;
-                    v_e_types[v_event] := v_event_types[v_at];
-                    v_e_from[v_event] := v_set_from[array_position(v_set_ids, v_task.task_id)];
-                    v_e_to[v_event] := v_task.state;
-                    v_e_versions[v_event] := v_task.state_version;
-                    v_e_tokens[v_event] := v_tokens[v_at];
-                    v_e_payloads[v_event] := '{}'::jsonb;
-                    v_e_actors[v_event] := v_actors[v_at];
-                    v_e_policies[v_event] := v_policies[v_at];
-                    v_e_traces[v_event] := v_task.trace_id;
-                    v_e_spans[v_event] := v_task.span_id;
-                    v_states[v_at] := v_task.state;
-                    v_new_versions[v_at] := v_task.state_version;
-                    v_new_tokens[v_at] := v_task.fencing_token;
-                    v_done[v_at] := true;
+                    v_w_ids := v_w_ids || v_task.task_id;
+                    v_w_seqs := v_w_seqs || v_task.last_event_seq;
+                    v_w_states := v_w_states || v_task.state;
+                    v_w_versions := v_w_versions || v_task.state_version;
+                    v_w_tokens := v_w_tokens || v_task.fencing_token;
+                    v_w_traces := v_w_traces || v_task.trace_id;
+                    v_w_spans := v_w_spans || v_task.span_id;
                 end loop;
             end loop;
+            -- What each written row's event holds (its item's event type, token, actor and
+            -- policy version, the state it came from), in item order; and, per item, what
+            -- the batch returns for it.
+            select
+                array_agg(u.task_id order by s.n), array_agg(u.last_event_seq order by s.n),
+                array_agg(v_event_types[s.n] order by s.n), array_agg(s.from_state order by s.n),
+                array_agg(u.state order by s.n), array_agg(u.state_version order by s.n),
+                array_agg(v_tokens[s.n] order by s.n), array_agg('{}'::jsonb order by s.n),
+                array_agg(v_actors[s.n] order by s.n), array_agg(v_policies[s.n] order by s.n),
+                array_agg(u.trace_id order by s.n), array_agg(u.span_id order by s.n)
+            into v_e_tasks, v_e_seqs, v_e_types, v_e_from, v_e_to, v_e_versions, v_e_tokens,
+                v_e_payloads, v_e_actors, v_e_policies, v_e_traces, v_e_spans
+            from unnest(
+                v_w_ids, v_w_seqs, v_w_states, v_w_versions, v_w_tokens, v_w_traces, v_w_spans
+            ) as u (task_id, last_event_seq, state, state_version, fencing_token, trace_id, span_id)
+            inner join unnest(v_set_items, v_set_ids, v_set_from) as s (n, task_id, from_state)
+                on s.task_id = u.task_id;
+            select
+                array_agg(w.task_id is not null order by g.n), array_agg(w.state order by g.n),
+                array_agg(w.state_version order by g.n), array_agg(w.fencing_token order by g.n)
+            into v_done, v_states, v_new_versions, v_new_tokens
+            from generate_series(1, v_count) as g (n)
+            left join (
+                select s.n, u.task_id, u.state, u.state_version, u.fencing_token
+                from unnest(v_w_ids, v_w_states, v_w_versions, v_w_tokens)
+                    as u (task_id, state, state_version, fencing_token)
+                inner join unnest(v_set_items, v_set_ids) as s (n, task_id)
+                    on s.task_id = u.task_id
+            ) as w on w.n = g.n;
             -- Their events, in one statement (keel.append_events, the one writer).
             perform keel.append_events(
                 p_tenant_id, v_e_tasks, v_e_seqs, v_e_types, v_e_from, v_e_to, v_e_versions,
@@ -274,6 +366,14 @@ begin
         end;
     end if;
 
+    if v_count > 0 and false <> all(v_done) then
+        -- Every item written together: the rows in one statement.
+        return query
+        select g.n, v_ids[g.n], null::text, null::text, v_states[g.n], v_new_versions[g.n],
+            v_new_tokens[g.n]
+        from generate_series(1, v_count) as g (n);
+        return;
+    end if;
     for i in 1 .. v_count loop
         item := i;
         task_id := v_ids[i];
