@@ -178,11 +178,12 @@ begin
         -- claim of another worker that locked a task it then found leased: PostgreSQL keeps
         -- the lock of a row a FOR UPDATE skipped on recheck until that claim commits). If
         -- that wait ends in a lock timeout or a deadlock, its items go the single way below,
-        -- which waits for each, or times out, as the single call does, item by item. Then,
-        -- in one statement over the locked rows, the checks of keel.transition_task on each,
-        -- as of now: the lease (keel.assert_lease), the version, the edge
-        -- (keel.edge_terminal, once per distinct edge). An item that fails one goes the
-        -- single way too, which refuses it for that reason.
+        -- which waits for each, or times out, as the single call does, item by item. (Under
+        -- REPEATABLE READ a row changed since the snapshot fails either statement, and the
+        -- call, with 40001.) Then, in one statement over the locked rows, the checks of
+        -- keel.transition_task on each, as of now: the lease (keel.assert_lease), the
+        -- version, the edge (keel.edge_terminal, once per distinct edge). An item that
+        -- fails one goes the single way too, which refuses it for that reason.
         v_now := clock_timestamp();
         -- (Columns, not whole rows: on Citus a whole row reads as the shard's row type.)
         select

@@ -539,7 +539,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         guarantee="G3",
         breaks="a batch writes a plain item whatever fencing token it presents",
         file="transition_tasks.sql",
-        edits=(Edit(r"\s+or v_task\.fencing_token <> v_tokens\[v_at\]", "", 1),),
+        edits=(Edit(r"\n\s+and l\.fencing_token = i\.token\n", "\n", 1),),
         caught_by="test_a_batch_decides_every_item_as_the_single_calls_would",
     ),
     Mutation(
@@ -548,6 +548,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         breaks="a batch waits for a held task in one statement, and fails whole on its timeout",
         file="transition_tasks.sql",
         edits=(Edit(r"for update skip locked", "for update", 1),),
+        caught_by="test_a_task_another_transaction_holds_refuses_only_its_item",
+    ),
+    Mutation(
+        name="batch_wait_fails_whole",
+        guarantee="G3",
+        breaks="a batch's wait for a held task fails the whole batch on its lock timeout",
+        file="transition_tasks.sql",
+        edits=(
+            Edit(
+                r"exception when lock_not_available or deadlock_detected then",
+                "exception when division_by_zero then",
+                1,
+            ),
+        ),
         caught_by="test_a_task_another_transaction_holds_refuses_only_its_item",
     ),
     Mutation(

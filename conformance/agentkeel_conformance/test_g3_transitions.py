@@ -302,9 +302,9 @@ def test_a_task_another_transaction_holds_refuses_only_its_item(keel, connect, t
     """A transaction holds one task's row (it moved the task and has not committed). A
     batch that names that task and another, with a lock timeout of its own, gets the held
     item refused with lock_not_available (55P03), as the single call would be, and the
-    other item moved: the batch does not fail whole, and waits only as the single call for
-    that item would.
-    Mutation: batch_lock_waits."""
+    other item moved: the batch does not fail whole (its own wait for the held row times
+    out, then the single call's for that item does).
+    Mutation: batch_lock_waits; also batch_wait_fails_whole."""
     held, free = new_task(), new_task()
     holder = Keel(connect())
     with holder.transaction(tenant):
