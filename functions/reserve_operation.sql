@@ -38,6 +38,7 @@ declare
     v_now timestamptz := clock_timestamp();
     v_expires timestamptz;
     v_op keel.operations;
+    v_outcome text;
     v_round integer;
 begin
     perform keel.require_tenant(p_tenant_id);
@@ -93,10 +94,8 @@ begin
             on conflict on constraint operations_idempotency_key_key do nothing
             returning o.* into v_op;
             if found then
-                return query select
-                    'reserved'::text, v_op.operation_id, v_op.state, v_op.attempts, v_op.result,
-                    v_op.error, v_op.provider_reference, v_op.reserved_fencing_token;
-                return;
+                v_outcome := 'reserved';
+                exit;
             end if;
             continue;  -- inserted by another reservation since the read: read it
         end if;
@@ -104,11 +103,8 @@ begin
         perform keel.check_operation_replay(v_op, p_action, p_input_hash, p_task_id);
 
         if v_op.state <> 'retryable' then
-            return query select
-                case when v_op.state = 'reserved' then 'in_progress' else v_op.state end,
-                v_op.operation_id, v_op.state, v_op.attempts, v_op.result, v_op.error,
-                v_op.provider_reference, v_op.reserved_fencing_token;
-            return;
+            v_outcome := case when v_op.state = 'reserved' then 'in_progress' else v_op.state end;
+            exit;
         end if;
 
         update keel.operations as o
@@ -122,17 +118,21 @@ begin
             and o.state = 'retryable'
         returning o.* into v_op;
         if found then
-            return query select
-                'reserved'::text, v_op.operation_id, v_op.state, v_op.attempts, v_op.result,
-                v_op.error, v_op.provider_reference, v_op.reserved_fencing_token;
-            return;
+            v_outcome := 'reserved';
+            exit;
         end if;
         -- Another reservation took the retry between the read and the update: read again.
     end loop;
-    raise exception using
-        errcode = '40001',
-        message = format('idempotency key %s is being retried concurrently', p_idempotency_key),
-        hint = 'Retry the transaction.';
+    if v_outcome is null then
+        raise exception using
+            errcode = '40001',
+            message = format('idempotency key %s is being retried concurrently', p_idempotency_key),
+            hint = 'Retry the transaction.';
+    end if;
+
+    return query select
+        v_outcome, v_op.operation_id, v_op.state, v_op.attempts, v_op.result, v_op.error,
+        v_op.provider_reference, v_op.reserved_fencing_token;
 end;
 $$;
 
