@@ -68,21 +68,16 @@ begin
     -- insert that would wait on a transaction finishing the operation. A key's action, input
     -- hash and task never change and a stored outcome is final, so the read is enough; the
     -- transaction then commits without waiting for a WAL flush.
-    -- Round 1 reads the key and inserts it when it is new (on conflict: another
-    -- reservation inserted it first, read it again). A retry (state retryable) is one
-    -- UPDATE that takes it only while the row is still retryable, so of concurrent retries
-    -- one reserves and the others read what it left (in_progress, or a later state).
+    -- Each round reads the key and inserts it when there is none (a new key, or one the
+    -- retention purge removed meanwhile; on conflict another reservation inserted it
+    -- first: read it again). A retry (state retryable) is one UPDATE that takes it only
+    -- while the row is still retryable, so of concurrent retries one reserves and the
+    -- others read what it left (in_progress, or a later state).
     for v_round in 1..3 loop
         select o.* into v_op
         from keel.operations as o
         where o.tenant_id = p_tenant_id and o.idempotency_key = p_idempotency_key;
         if not found then
-            if v_round > 1 then
-                raise exception using
-                    errcode = '40001',
-                    message = format('idempotency key %s is being reserved concurrently', p_idempotency_key),
-                    hint = 'Retry the transaction.';
-            end if;
             insert into keel.operations as o (
                 tenant_id, task_id, idempotency_key, action, input_hash, state, attempts,
                 reserved_fencing_token, trace_id, span_id, created_at, updated_at, expires_at
@@ -97,7 +92,9 @@ begin
                 v_outcome := 'reserved';
                 exit;
             end if;
-            continue;  -- inserted by another reservation since the read: read it
+            -- Inserted by another reservation since the read: read it. (Under REPEATABLE
+            -- READ a row committed after the snapshot stays unseen: the rounds run out.)
+            continue;
         end if;
 
         perform keel.check_operation_replay(v_op, p_action, p_input_hash, p_task_id);
@@ -126,7 +123,7 @@ begin
     if v_outcome is null then
         raise exception using
             errcode = '40001',
-            message = format('idempotency key %s is being retried concurrently', p_idempotency_key),
+            message = format('idempotency key %s is being reserved concurrently', p_idempotency_key),
             hint = 'Retry the transaction.';
     end if;
 

@@ -551,14 +551,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         caught_by="test_a_task_another_transaction_holds_refuses_only_its_item",
     ),
     Mutation(
+        name="batch_locks_skipping",
+        guarantee="G3",
+        breaks="a batch skips the rows other transactions hold, then meets them in item order",
+        file="transition_tasks.sql",
+        edits=(
+            Edit(
+                r"\n                for update\n            \) as l;",
+                "\n                for update skip locked\n            ) as l;",
+                1,
+            ),
+        ),
+        caught_by="test_two_batches_of_the_same_tasks_never_deadlock",
+    ),
+    Mutation(
         name="batch_wait_fails_whole",
         guarantee="G3",
         breaks="a batch's wait for a held task fails the whole batch on its lock timeout",
         file="transition_tasks.sql",
         edits=(
             Edit(
-                r"exception when lock_not_available or deadlock_detected then",
-                "exception when division_by_zero then",
+                r"when lock_not_available or deadlock_detected then",
+                "when division_by_zero then",
                 1,
             ),
         ),

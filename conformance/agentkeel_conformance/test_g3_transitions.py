@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from agentkeel.errors import (
 from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.fixtures import EDGES
 from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot, wait_for
+from agentkeel_conformance.interleave import blocked_query, is_citus
 
 pytestmark = pytest.mark.guarantee("G3")
 
@@ -328,6 +330,52 @@ def test_a_task_another_transaction_holds_refuses_only_its_item(keel, connect, t
                 ),
             ).fetchall()
     assert rows == [(1, "55P03", None), (2, None, "running")]
+
+
+def test_two_batches_of_the_same_tasks_never_deadlock(
+    keel, connect, tenant, new_task, direct_connection
+):
+    """Two batches name the same five tasks while other transactions hold two of them
+    (they moved them, uncommitted) and let go one after the other. The batches lock their
+    rows in the same order, so one waits for the other and neither meets a deadlock
+    (40P01): the first writes what it can, the second finds every task moved (55K01).
+    Before, the first skipped the held rows and the second locked one the first then
+    waited for: each of their items went the single way through a deadlock.
+    Mutation: batch_locks_skipping."""
+    tasks = sorted((new_task() for _ in range(5)), key=lambda t: t.task_id)
+    u1, u2 = tasks[2], tasks[4]  # held: one in the middle of the order, one at its end
+    items = json.dumps(
+        [{"task_id": str(t.task_id), "expected_version": 1, "to_state": "running"} for t in tasks]
+    )
+    control = connect()
+    blocked = blocked_query(is_citus(control))
+    h1, h2 = Keel(connect()), Keel(connect())
+    x, y = Keel(connect()), Keel(connect())
+
+    def batch(client: Keel) -> list[tuple[Any, ...]]:
+        with client.transaction(tenant) as conn:
+            return conn.execute(
+                "select item, refused_sqlstate from keel.transition_tasks(%s, %s::jsonb)",
+                (tenant, items),
+            ).fetchall()
+
+    def wait_blocked(client: Keel, by: list[Keel], what: str) -> None:
+        pids = (client.conn.info.backend_pid, [b.conn.info.backend_pid for b in by])
+        wait_for(lambda: control.execute(blocked, pids).fetchone()[0] or None, what)
+
+    with ThreadPoolExecutor(2) as pool:
+        with h1.transaction(tenant):
+            h1.transition_task(tenant, u1.task_id, 1, "running")
+            with h2.transaction(tenant):
+                h2.transition_task(tenant, u2.task_id, 1, "running")
+                first = pool.submit(batch, x)
+                wait_blocked(x, [h1, h2], "the first batch to wait for a held task")
+            second = pool.submit(batch, y)
+            wait_blocked(y, [x, h1], "the second batch to wait")
+        outcomes = {"first": first.result(timeout=120), "second": second.result(timeout=120)}
+    assert all(state != "40P01" for rows in outcomes.values() for _, state in rows), outcomes
+    assert outcomes["first"] == [(1, None), (2, None), (3, "55K01"), (4, None), (5, "55K01")]
+    assert outcomes["second"] == [(n, "55K01") for n in range(1, 6)]
 
 
 MALFORMED_BATCHES = {
