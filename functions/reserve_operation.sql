@@ -39,7 +39,6 @@ declare
     v_expires timestamptz;
     v_op keel.operations;
     v_outcome text;
-    v_round integer;
 begin
     perform keel.require_tenant(p_tenant_id);
     perform keel.check_operation_request(

@@ -177,17 +177,15 @@ begin
         -- transaction holds (usually briefly: a claim of another worker that locked a
         -- task it then found leased, which PostgreSQL keeps locked until that claim
         -- commits). Batches lock in the same order, so two never deadlock each other. If
-        -- the wait ends in a lock timeout or a deadlock with some other transaction, that
-        -- statement's locks are released with it and the rows are locked again skipping
-        -- those another transaction holds: their items go the single way below, which
-        -- waits for each, or times out, as the single call does, item by item. Under
-        -- REPEATABLE READ, a row changed since the snapshot (40001) sends every item the
-        -- single way, which refuses that one alone. Then, in one statement over the
-        -- locked rows, the checks of keel.transition_task on each, as of now: the lease
-        -- (keel.assert_lease), the version, the edge (keel.edge_terminal, once per
-        -- distinct edge). An item that fails one goes the single way too, which refuses it
-        -- for that reason. (Columns, not whole rows: on Citus a whole row reads as the
-        -- shard's row type.)
+        -- the wait ends in a lock timeout, a deadlock with some other transaction, or
+        -- (under REPEATABLE READ) a row changed since the snapshot, that statement's locks
+        -- are released with it and every item goes the single way below, which refuses
+        -- each for what it meets there, item by item, as the single call does. Then, in
+        -- one statement over the locked rows, the checks of keel.transition_task on each,
+        -- as of now: the lease (keel.assert_lease), the version, the edge
+        -- (keel.edge_terminal, once per distinct edge). An item that fails one goes the
+        -- single way too, which refuses it for that reason. (Columns, not whole rows: on
+        -- Citus a whole row reads as the shard's row type.)
         v_now := clock_timestamp();
         begin
             select
@@ -205,30 +203,8 @@ begin
                 order by t.task_id
                 for update
             ) as l;
-        exception
-            when lock_not_available or deadlock_detected then
-                begin
-                    select
-                        coalesce(array_agg(l.task_id), '{}'), array_agg(l.workflow),
-                        array_agg(l.workflow_version), array_agg(l.state),
-                        array_agg(l.state_version), array_agg(l.lease_owner),
-                        array_agg(l.fencing_token), array_agg(l.lease_expires_at)
-                    into v_l_ids, v_l_workflows, v_l_versions, v_l_states, v_l_state_versions,
-                        v_l_owners, v_l_tokens, v_l_expires
-                    from (
-                        select
-                            t.task_id, t.workflow, t.workflow_version, t.state,
-                            t.state_version, t.lease_owner, t.fencing_token, t.lease_expires_at
-                        from keel.tasks as t
-                        where t.tenant_id = p_tenant_id and t.task_id = any(v_plain_ids)
-                        order by t.task_id
-                        for update skip locked
-                    ) as l;
-                exception when serialization_failure then
-                    v_l_ids := '{}';
-                end;
-            when serialization_failure then
-                v_l_ids := '{}';
+        exception when lock_not_available or deadlock_detected or serialization_failure then
+            v_l_ids := '{}';  -- nothing locked: every item goes the single way
         end;
         with checked as materialized (
             select

@@ -22,6 +22,8 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import permutations as all_orders
 from pathlib import Path
@@ -34,7 +36,7 @@ from psycopg.pq import TransactionStatus
 from agentkeel.client import set_tenant_context
 from agentkeel.errors import ERRORS
 from agentkeel_conformance.connections import suite_connect
-from agentkeel_conformance.harness import delete_tenant, suite_tenant
+from agentkeel_conformance.harness import delete_tenant, inconclusive, suite_tenant
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 BLOCK_TIMEOUT = 30.0
@@ -58,6 +60,31 @@ def blocked_query(citus: bool) -> str:
         " where pg_catalog.citus_pid_for_gpid(w.waiting_gpid) = %s"
         " and pg_catalog.citus_pid_for_gpid(w.blocking_gpid) = any(%s))"
     )
+
+
+def wait_until_blocked(
+    control: psycopg.Connection,
+    waiter: psycopg.Connection,
+    holders: Sequence[psycopg.Connection],
+    call: Future[Any],
+    what: str,
+    timeout: float = 120.0,
+) -> None:
+    """Wait until the session of waiter waits for a lock one of holders holds, as a test's
+    interleaving needs, polled from control. A call that finished first returns here: the
+    test's assertions judge what it did. No wait seen while it still runs means this
+    database did not let the wait be seen: the experiment could not be set up
+    (inconclusive), which says nothing of the guarantee."""
+    query = blocked_query(is_citus(control))
+    pids = (waiter.info.backend_pid, [h.info.backend_pid for h in holders])
+    deadline = time.monotonic() + timeout
+    while not call.done():
+        row = control.execute(query, pids).fetchone()
+        if row and row[0]:
+            return
+        if time.monotonic() > deadline:
+            inconclusive(f"{what}: no lock wait was seen in {timeout:g}s")
+        time.sleep(0.005)
 
 
 class SpecError(ValueError):

@@ -15,8 +15,8 @@ import pytest
 
 from agentkeel.client import Keel
 from agentkeel.errors import IdempotencyConflict, InvalidArgument, LeaseLost, OperationNotReserved
-from agentkeel_conformance.harness import race, wait_for
-from agentkeel_conformance.interleave import blocked_query, is_citus
+from agentkeel_conformance.harness import race
+from agentkeel_conformance.interleave import wait_until_blocked
 
 pytestmark = pytest.mark.guarantee("G2")
 
@@ -178,17 +178,14 @@ def test_concurrent_retries_of_a_retryable_key_start_one_attempt(
     first, second, control = Keel(connect()), Keel(connect()), connect()
     op = first.reserve_operation(tenant, None, "retry", "charge", digest("a"))
     first.fail_operation(tenant, op.operation_id, None, {"code": "timeout"}, retryable=True)
-    blocked = blocked_query(is_citus(control))
     with ThreadPoolExecutor(1) as pool:
         with first.transaction(tenant):
             retry = first.reserve_operation(tenant, None, "retry", "charge", digest("a"))
             waiting = pool.submit(
                 second.reserve_operation, tenant, None, "retry", "charge", digest("a")
             )
-            pids = (second.conn.info.backend_pid, [first.conn.info.backend_pid])
-            wait_for(
-                lambda: waiting.done() or control.execute(blocked, pids).fetchone()[0] or None,
-                "the second reservation to wait for the first one's retry",
+            wait_until_blocked(
+                control, second.conn, [first.conn], waiting, "the second reservation"
             )
             assert not waiting.done(), "the second reservation did not wait for the first"
         replay = waiting.result(timeout=60)

@@ -24,7 +24,7 @@ from agentkeel.errors import (
 from agentkeel_conformance.connections import suite_connect
 from agentkeel_conformance.fixtures import EDGES
 from agentkeel_conformance.harness import in_tenant, race, tenant_snapshot, wait_for
-from agentkeel_conformance.interleave import blocked_query, is_citus
+from agentkeel_conformance.interleave import wait_until_blocked
 
 pytestmark = pytest.mark.guarantee("G3")
 
@@ -306,7 +306,7 @@ def test_a_task_another_transaction_holds_refuses_only_its_item(keel, connect, t
     item refused with lock_not_available (55P03), as the single call would be, and the
     other item moved: the batch does not fail whole (its own wait for the held row times
     out, then the single call's for that item does).
-    Mutation: batch_lock_waits; also batch_wait_fails_whole."""
+    Mutation: batch_wait_fails_whole."""
     held, free = new_task(), new_task()
     holder = Keel(connect())
     with holder.transaction(tenant):
@@ -348,7 +348,6 @@ def test_two_batches_of_the_same_tasks_never_deadlock(
         [{"task_id": str(t.task_id), "expected_version": 1, "to_state": "running"} for t in tasks]
     )
     control = connect()
-    blocked = blocked_query(is_citus(control))
     h1, h2 = Keel(connect()), Keel(connect())
     x, y = Keel(connect()), Keel(connect())
 
@@ -359,19 +358,15 @@ def test_two_batches_of_the_same_tasks_never_deadlock(
                 (tenant, items),
             ).fetchall()
 
-    def wait_blocked(client: Keel, by: list[Keel], what: str) -> None:
-        pids = (client.conn.info.backend_pid, [b.conn.info.backend_pid for b in by])
-        wait_for(lambda: control.execute(blocked, pids).fetchone()[0] or None, what)
-
     with ThreadPoolExecutor(2) as pool:
         with h1.transaction(tenant):
             h1.transition_task(tenant, u1.task_id, 1, "running")
             with h2.transaction(tenant):
                 h2.transition_task(tenant, u2.task_id, 1, "running")
                 first = pool.submit(batch, x)
-                wait_blocked(x, [h1, h2], "the first batch to wait for a held task")
+                wait_until_blocked(control, x.conn, [h1.conn, h2.conn], first, "the first batch")
             second = pool.submit(batch, y)
-            wait_blocked(y, [x, h1], "the second batch to wait")
+            wait_until_blocked(control, y.conn, [x.conn, h1.conn], second, "the second batch")
         outcomes = {"first": first.result(timeout=120), "second": second.result(timeout=120)}
     assert all(state != "40P01" for rows in outcomes.values() for _, state in rows), outcomes
     assert outcomes["first"] == [(1, None), (2, None), (3, "55K01"), (4, None), (5, "55K01")]
