@@ -13,7 +13,7 @@ create or replace function keel.abandon_step_attempt(
 returns void
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     perform keel.finish_operation(

@@ -19,7 +19,7 @@ create or replace function keel.adopt_tenant(p_tenant_id uuid)
 returns uuid
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_context uuid := keel.current_tenant();

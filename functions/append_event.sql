@@ -18,7 +18,7 @@ create or replace function keel.append_event(
 returns void
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     perform keel.append_events(

@@ -28,7 +28,7 @@ create or replace function keel.append_events(
 returns void
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     if cardinality(p_task_ids) = 1 then

@@ -7,7 +7,7 @@ create or replace function keel.assert_lease(
 returns void
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     if p_fencing_token is null then

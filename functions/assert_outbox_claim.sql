@@ -4,7 +4,7 @@ create or replace function keel.assert_outbox_claim(p_message keel.outbox, p_cla
 returns void
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     -- An expired claim whose token is still current may still be acked, nacked or

@@ -6,7 +6,7 @@ create or replace function keel.check_edge(p_task keel.tasks, p_to_state text)
 returns boolean
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_terminal boolean;

@@ -10,7 +10,7 @@ create or replace function keel.check_operation_replay(
 returns void
 language plpgsql
 immutable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_differs text[];

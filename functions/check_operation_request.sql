@@ -13,7 +13,7 @@ create or replace function keel.check_operation_request(
 returns void
 language plpgsql
 immutable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     if p_idempotency_key is null or char_length(p_idempotency_key) not between 1 and 255 then

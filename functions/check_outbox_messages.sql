@@ -5,7 +5,7 @@ create or replace function keel.check_outbox_messages(p_outbox jsonb)
 returns void
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_max_messages integer;

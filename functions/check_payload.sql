@@ -10,7 +10,7 @@ create or replace function keel.check_payload(
 returns void
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_depth integer;

@@ -14,7 +14,7 @@ create or replace function keel.check_quota(
 returns void
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_max bigint;

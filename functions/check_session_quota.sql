@@ -5,7 +5,7 @@ create or replace function keel.check_session_quota(p_session keel.sessions, p_b
 returns void
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_max_updates bigint;

@@ -3,7 +3,7 @@ create or replace function keel.check_wake_at(p_wake_at timestamptz, p_now times
 returns timestamptz
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_max_delay interval;

@@ -3,7 +3,7 @@ create or replace function keel.claim_secret()
 returns bytea
 language sql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
     -- 244 random bits from PostgreSQL's cryptographic source.
     select uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid());

@@ -4,7 +4,7 @@ returns bigint
 language sql
 immutable
 strict
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
     -- 60 bits of sha256(secret, message id): the secret is random per claim call (from
     -- gen_random_uuid, a cryptographic source), so no relay can guess another's token, and

@@ -17,7 +17,7 @@ create or replace function keel.count_pending_messages(
 returns bigint
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_own integer := 1 + pg_backend_pid() % 16;

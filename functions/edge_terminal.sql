@@ -10,7 +10,7 @@ create or replace function keel.edge_terminal(
 returns boolean
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_terminal boolean;

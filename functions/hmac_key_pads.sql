@@ -4,7 +4,7 @@
 create or replace function keel.hmac_key_pads(out inner_key bytea, out outer_key bytea)
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_key bytea := decode(

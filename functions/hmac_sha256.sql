@@ -7,7 +7,7 @@ language sql
 immutable
 strict
 parallel safe
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 return encode(sha256(p_outer || sha256(p_inner || convert_to(p_message, 'UTF8'))), 'hex');
 
 comment on function keel.hmac_sha256(bytea, bytea, text) is

@@ -12,7 +12,7 @@ create or replace function keel.pending_message_tally(
 )
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     with

@@ -4,7 +4,7 @@ create or replace function keel.quota_limit(p_tenant_id uuid, p_setting text)
 returns bigint
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_max bigint;

@@ -11,7 +11,7 @@ create or replace function keel.quota_used(
 returns bigint
 language plpgsql
 stable
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_used bigint;

@@ -12,7 +12,7 @@ create or replace function keel.recount_pending_messages(p_tenant_id uuid, p_max
 returns bigint
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_locked boolean;

@@ -12,7 +12,7 @@ create or replace function keel.set_tenant_context(p_verified uuid)
 returns void
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 begin
     -- null clears the context (the Citus claim, after a candidate it could not lock).

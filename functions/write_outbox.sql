@@ -4,7 +4,7 @@ create or replace function keel.write_outbox(p_task keel.tasks, p_messages jsonb
 returns integer
 language plpgsql
 volatile
-set search_path = pg_catalog, pg_temp
+-- No SET search_path: granted to no role, it runs in its caller's pinned one.
 as $$
 declare
     v_held boolean;

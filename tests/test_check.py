@@ -87,6 +87,18 @@ BROKEN = {
         "keel.sneaky()",
         "search_path",
     ),
+    "unpinned helper another role may call": (
+        "grant execute on function keel.require_tenant(uuid) to keel_app",
+        "security_definer",
+        "keel.require_tenant(uuid)",
+        "runs in its caller's search_path",
+    ),
+    "unpinned trigger function": (
+        "alter function keel.refuse_event_change() reset search_path",
+        "security_definer",
+        "keel.refuse_event_change()",
+        "trigger function without a pinned search_path",
+    ),
     "public execute": (
         "grant execute on function keel.claim_next_task(text, interval, text) to public",
         "security_definer",
