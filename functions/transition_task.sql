@@ -41,7 +41,10 @@ begin
     if p_payload is null or jsonb_typeof(p_payload) <> 'object' then
         raise exception using errcode = '22K01', message = 'event payload must be a jsonb object';
     end if;
-    perform keel.check_outbox_messages(p_outbox);
+    -- No messages, the common case: nothing to check or write (nor a call each to do so).
+    if p_outbox is distinct from '[]'::jsonb then
+        perform keel.check_outbox_messages(p_outbox);
+    end if;
     v_wake_at := keel.check_wake_at(p_wake_at, v_now);
 
     v_task := keel.lock_task(p_tenant_id, p_task_id);
@@ -69,10 +72,14 @@ begin
     -- The payload checks walk the values: only once the cheap refusals (no such task, a
     -- lost lease, a stale version, no such edge) have had their say, so a batch of large
     -- payloads for tasks that do not exist costs a lookup each, not a walk.
-    perform keel.check_payload('event payload', p_payload, 'max_event_payload_bytes');
-    for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
-        perform keel.check_payload('outbox message', v_message, 'max_outbox_message_bytes');
-    end loop;
+    if p_payload <> '{}'::jsonb then
+        perform keel.check_payload('event payload', p_payload, 'max_event_payload_bytes');
+    end if;
+    if p_outbox <> '[]'::jsonb then
+        for v_message in select m.value from jsonb_array_elements(p_outbox) as m (value) loop
+            perform keel.check_payload('outbox message', v_message, 'max_outbox_message_bytes');
+        end loop;
+    end if;
 
     v_from_state := v_task.state;
     v_next_version := v_task.state_version + 1;
@@ -103,7 +110,9 @@ begin
         v_task, p_event_type, v_from_state, v_now, p_fencing_token, p_payload, p_actor,
         p_policy_version
     );
-    perform keel.write_outbox(v_task, p_outbox, v_now);
+    if p_outbox <> '[]'::jsonb then
+        perform keel.write_outbox(v_task, p_outbox, v_now);
+    end if;
 
     return v_task;
 end;
