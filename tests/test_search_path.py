@@ -98,7 +98,7 @@ def test_a_shadowing_search_path_reaches_no_helper(migrated_db, hostile):
             outbox=[{"topic": "sp.moved", "key": "k", "payload": {"n": 1}}],
         )
         assert moved.state == "running"
-        # The helpers' checks still refuse what they refuse (jsonb_typeof, char_length).
+        # The payload check still refuses what it refuses (its size: octet_length).
         with pytest.raises(PayloadRejected):
             keel.transition_task(
                 tenant,
@@ -115,7 +115,7 @@ def test_a_shadowing_search_path_reaches_no_helper(migrated_db, hostile):
 
 def test_a_definer_function_without_its_pin_is_hijacked(migrated_db, hostile):
     """The control: the same login reaches its shadowing functions through a definer
-    function whose search_path is no longer pinned, and through the helpers it calls."""
+    function whose search_path is no longer pinned (its own jsonb_typeof, first)."""
     dsn, schema = hostile
     tenant, workflow = _world(migrated_db)
     with psycopg.connect(migrated_db, autocommit=True) as su:

@@ -13,6 +13,9 @@
 # workload is what its operations cost). INSTRUCTIONS_SQL=<file> runs that SQL as the
 # superuser after the install, to count a change before writing it into the files.
 set -euo pipefail
+for tool in valgrind psql; do
+  command -v "$tool" >/dev/null || { echo "instructions.sh: $tool is not installed" >&2; exit 2; }
+done
 checkout=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 bindir=${PG_BINDIR:-$(pg_config --bindir)}
 agentkeel=${AGENTKEEL:-$checkout/.venv/bin/agentkeel}
@@ -60,7 +63,9 @@ count() {  # count <workload> <ops>: instructions of a backend running them on a
     > "$work/valgrind.log" 2>&1
   if grep -q "ERROR" "$work/valgrind.log"; then grep -m1 -A2 "ERROR" "$work/valgrind.log" >&2; exit 1; fi
   if [ -n "${INSTRUCTIONS_KEEP:-}" ]; then cp "$work/callgrind.out" "$INSTRUCTIONS_KEEP/callgrind.$1.$2.out"; fi
-  sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/valgrind.log"
+  n=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$work/valgrind.log")
+  if [ -z "$n" ]; then echo "instructions.sh: no count from valgrind:" >&2; tail -3 "$work/valgrind.log" >&2; exit 1; fi
+  echo "$n"
 }
 for workload in claim transition; do
   a=$(count $workload 100); b=$(count $workload 200)
