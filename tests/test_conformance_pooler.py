@@ -31,6 +31,15 @@ def strict_pgbouncer(migrated_db: str) -> Iterator[PgBouncer]:
         bouncer.cleanup()
 
 
+def failures_first(stdout: str) -> str:
+    """What failed, and how, ahead of the long list of skips (a report of the tail alone
+    showed the skips and cut off which test had failed)."""
+    start = stdout.find("= FAILURES =")
+    failed = [line for line in stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    report = stdout[start : start + 8000] if start >= 0 else stdout[-6000:]
+    return "\n".join(failed) + "\n" + report
+
+
 def test_the_suite_passes_through_pgbouncer(migrated_db, strict_pgbouncer):
     pooled = strict_pgbouncer.dsn_for(migrated_db)
     result = run_agentkeel(
@@ -39,12 +48,12 @@ def test_the_suite_passes_through_pgbouncer(migrated_db, strict_pgbouncer):
         pooled,
         "--no-prepare",
         "-q",
-        "-rs",
+        "-rfEs",
         "-n",
         "2",
         timeout=900,
     )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert result.returncode == 0, failures_first(result.stdout) + result.stderr[-2000:]
     assert " passed" in result.stdout
     # The whole suite, selected by nobody: what needs each session's own backend (the
     # interleavings, the racing workers, a backend terminated mid-transition) skips,

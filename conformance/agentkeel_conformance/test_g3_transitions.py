@@ -8,7 +8,7 @@ import json
 import random
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -306,15 +306,20 @@ def test_a_task_another_transaction_holds_refuses_only_its_item(keel, connect, t
     item refused with lock_not_available (55P03), as the single call would be, and the
     other item moved: the batch does not fail whole (its own wait for the held row times
     out, then the single call's for that item does).
+    Both tasks wake tomorrow: a due task may be locked for a while by a concurrent claim
+    of every tenant's tasks (another test's, under a loaded machine longer than the lock
+    timeout), and only the test's own transaction may hold these rows.
     Mutation: batch_wait_fails_whole."""
-    held, free = new_task(), new_task()
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    held, free = new_task(wake_at=tomorrow), new_task(wake_at=tomorrow)
     holder = Keel(connect())
     with holder.transaction(tenant):
         holder.transition_task(tenant, held.task_id, 1, "running")
         with keel.transaction(tenant) as conn:
             conn.execute("set local lock_timeout = '1s'")  # SET LOCAL: Citus propagates it
             rows = conn.execute(
-                "select item, refused_sqlstate, state from keel.transition_tasks(%s, %s::jsonb)",
+                "select item, refused_sqlstate, state, refused_message"
+                " from keel.transition_tasks(%s, %s::jsonb)",
                 (
                     tenant,
                     json.dumps(
@@ -329,7 +334,7 @@ def test_a_task_another_transaction_holds_refuses_only_its_item(keel, connect, t
                     ),
                 ),
             ).fetchall()
-    assert rows == [(1, "55P03", None), (2, None, "running")]
+    assert [r[:3] for r in rows] == [(1, "55P03", None), (2, None, "running")], rows
 
 
 def test_two_batches_of_the_same_tasks_never_deadlock(
